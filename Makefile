@@ -1,0 +1,41 @@
+# cpcourse: `make lab` opens the course, `make test` runs every test, `make demo` runs the ring.
+# Every target creates .venv when it is missing and is safe to run again.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.cpcourse-installed
+PORT   ?= 8888
+NPROC  ?= 4
+
+.PHONY: setup lab test test-fast demo exercises lint clean-venv
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml tools/install_torch.sh
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	bash tools/install_torch.sh $(PY)
+	$(PY) -m pip install --no-input -q -e '.[dev]'
+	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
+	$(PY) -m cpcourse.labsettings
+	@touch $(STAMP)
+
+lab: setup
+	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+
+test: setup
+	$(PY) tools/run_tests.py
+
+test-fast: setup
+	$(PY) -m pytest -q -m "not notebook and not browser" tests
+
+demo: setup
+	$(VENV)/bin/cpcourse demo --nproc $(NPROC)
+
+exercises: setup
+	$(PY) tools/make_exercises.py
+
+lint: setup
+	$(PY) -m ruff check cpcourse tests tools solutions exercises
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,168 @@
+"""The cost model: memory, FLOPs and communication of attention under context parallelism.
+
+    cpcourse memory --tokens 432000 --hidden 4096 --heads 32 --dtype fp16 --cp 8 --json
+    cpcourse comm --tokens 432000 --cp 8 --heads 32 --head-dim 128 --bandwidth 450 --json
+
+All counts are for one attention layer, one forward pass, batch 1, per GPU, unless a key says
+otherwise (`..._per_forward` multiplies by layers). Bytes are integers; bandwidth is decimal
+GB/s (1 GB = 1e9 B); times are seconds. A sequence of N tokens on P ranks is split like
+`torch.tensor_split`: the largest shard holds ceil(N / P) tokens, and that rank sets the pace.
+"""
+
+from __future__ import annotations
+
+import math
+
+from cpcourse.errors import InputError, positive_float, positive_int, require
+from cpcourse.hardware import get_gpu, get_link
+
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
+
+
+def dtype_bytes(dtype: str) -> int:
+    if dtype not in DTYPE_BYTES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
+    return DTYPE_BYTES[dtype]
+
+
+def shard_sizes(tokens: int, cp: int) -> list[int]:
+    """Tokens on each rank when `tokens` are split over `cp` ranks like torch.tensor_split."""
+    tokens, cp = positive_int("--tokens", tokens), positive_int("--cp", cp)
+    require(cp <= tokens, f"--cp {cp} is larger than the {tokens} tokens to split: "
+            f"use --cp {tokens} or fewer")
+    base, extra = divmod(tokens, cp)
+    return [base + (1 if r < extra else 0) for r in range(cp)]
+
+
+def attention_flops(lq: int, lk: int, head_dim: int, heads: int) -> int:
+    """Forward FLOPs of one attention call: QK^T and PV, 2 * 2 * Lq * Lk * D per head."""
+    return 4 * lq * lk * head_dim * heads
+
+
+def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int = 1,
+           ffn: int | None = None, layers: int | None = None, params_b: float | None = None,
+           cfg_batch: int = 1) -> dict:
+    """Memory of one attention layer's tensors, whole and per rank under CP.
+
+    `cfg_batch` = 2 when the conditional and unconditional passes run as one batch. Weights are
+    replicated on every CP rank: CP divides activations, never weights.
+    """
+    b = dtype_bytes(dtype)
+    hidden, heads = positive_int("--hidden", hidden), positive_int("--heads", heads)
+    require(hidden % heads == 0, f"--hidden {hidden} is not divisible by --heads {heads}: "
+            "pick heads that divide the hidden width")
+    cfg_batch = positive_int("--cfg-batch", cfg_batch)
+    ffn = 4 * hidden if ffn is None else positive_int("--ffn", ffn)
+    local = max(shard_sizes(tokens, cp))
+    per_token_act = hidden + 3 * hidden + hidden + ffn  # x, q/k/v, attention out, MLP hidden
+    out = {
+        "tokens": tokens, "cp": cp, "dtype": dtype, "bytes_per_element": b,
+        "hidden": hidden, "heads": heads, "head_dim": hidden // heads, "ffn": ffn,
+        "cfg_batch": cfg_batch,
+        "attention_matrix_entries_per_head": tokens * tokens,
+        "attention_matrix_bytes_per_head": tokens * tokens * b,
+        "attention_matrix_bytes": tokens * tokens * b * heads * cfg_batch,
+        "qkv_bytes": 3 * tokens * hidden * b * cfg_batch,
+        "hidden_state_bytes": tokens * hidden * b * cfg_batch,
+        "mlp_intermediate_bytes": tokens * ffn * b * cfg_batch,
+        "activation_bytes_per_layer": tokens * per_token_act * b * cfg_batch,
+        "tokens_per_rank": local,
+        "qkv_bytes_per_rank": 3 * local * hidden * b * cfg_batch,
+        # A ring step scores the local queries against one visiting K/V block.
+        "ring_step_scores_bytes_per_head": local * local * b,
+        "activation_bytes_per_layer_per_rank": local * per_token_act * b * cfg_batch,
+        # The K/V block in flight doubles the K/V a rank holds during the ring.
+        "ring_kv_buffer_bytes_per_rank": 2 * 2 * local * hidden * b * cfg_batch,
+    }
+    if params_b is not None:
+        weights = int(positive_float("--params-b", params_b) * 1e9 * b)
+        out["weights_bytes"] = weights
+        out["per_gpu_bytes"] = (weights + out["activation_bytes_per_layer_per_rank"]
+                                + out["ring_kv_buffer_bytes_per_rank"])
+    if layers is not None:
+        out["layers"] = positive_int("--layers", layers)
+    return out
+
+
+def _rate(gpu: str, attention_efficiency: float | None) -> tuple[float, dict]:
+    g = get_gpu(gpu)
+    eff = g.attention_efficiency if attention_efficiency is None else attention_efficiency
+    require(0 < eff <= 1, f"--attn-efficiency must be in (0, 1], got {eff}")
+    return g.attention_flops(eff), {
+        "gpu": g.id, "gpu_bf16_tflops": g.bf16_tflops, "attention_efficiency": eff,
+        "attention_efficiency_source": (g.efficiency_source if attention_efficiency is None
+                                        else "given on the command line"),
+        "effective_tflops": g.bf16_tflops * eff,
+    }
+
+
+def _bandwidth(link: str | None, bandwidth_gbps: float | None,
+               link_efficiency: float | None) -> tuple[float, dict]:
+    if (link is None) == (bandwidth_gbps is None):
+        raise InputError("give exactly one of --link NAME or --bandwidth GBps")
+    if link is not None:
+        lk = get_link(link)
+        eff = lk.efficiency if link_efficiency is None else link_efficiency
+        info = {"link": lk.id, "link_GBps": lk.gbps_per_direction, "link_source": lk.source}
+    else:
+        # A bandwidth given by hand is taken at face value unless an efficiency is given too.
+        eff = 1.0 if link_efficiency is None else link_efficiency
+        info = {"link": None, "link_GBps": positive_float("--bandwidth", bandwidth_gbps)}
+    require(0 < eff <= 1, f"--link-efficiency must be in (0, 1], got {eff}")
+    info.update(link_efficiency=eff, effective_GBps=info["link_GBps"] * eff)
+    return info["effective_GBps"] * 1e9, info
+
+
+def comm(tokens: int, cp: int, heads: int, head_dim: int, *, dtype: str = "bf16",
+         link: str | None = None, bandwidth_gbps: float | None = None,
+         link_efficiency: float | None = None, gpu: str = "h100",
+         attention_efficiency: float | None = None, layers: int = 1, cfg_forwards: int = 1
+         ) -> dict:
+    """Ring, Ulysses and all-gather traffic of one attention layer, and whether the ring hides.
+
+    One ring step scores Lq local queries against Lk = Lq visiting keys (4 Lq^2 D H FLOPs) while
+    the next K/V block (2 Lq D H bytes per element) travels one hop. The ratio compute / comm is
+    2 Lq B / (F b): it grows with the tokens per rank and does not depend on H or D, so the ring
+    hides its traffic once a rank holds more than F b / (2 B) tokens.
+    """
+    b = dtype_bytes(dtype)
+    heads, head_dim = positive_int("--heads", heads), positive_int("--head-dim", head_dim)
+    layers, cfg_forwards = positive_int("--layers", layers), positive_int("--cfg", cfg_forwards)
+    shards = shard_sizes(tokens, cp)
+    local = max(shards)
+    hops = cp - 1
+    flops, rate_info = _rate(gpu, attention_efficiency)
+    bw, link_info = _bandwidth(link, bandwidth_gbps, link_efficiency)
+    per_hop_head = 2 * local * head_dim * b
+    per_hop = per_hop_head * heads
+    total = per_hop * hops
+    step_flops = attention_flops(local, local, head_dim, heads)
+    t_hop, t_step = per_hop / bw, step_flops / flops
+    hidden = heads * head_dim
+    # Ulysses: all-to-alls of Q, K, V in and O out, each keeping 1/P of the local shard at home.
+    ulysses = 4 * local * hidden * b * hops // cp if cp > 1 else 0
+    out = {
+        "tokens": tokens, "cp": cp, "heads": heads, "head_dim": head_dim, "dtype": dtype,
+        "tokens_per_rank": local, "ring_steps": cp, "ring_hops": hops,
+        "kv_bytes_per_hop_per_head": per_hop_head,
+        "kv_bytes_per_hop": per_hop,
+        "kv_bytes_total": total,
+        "kv_bytes_per_forward": total * layers * cfg_forwards,
+        "layers": layers, "cfg_forwards": cfg_forwards,
+        "comm_seconds_per_hop": t_hop,
+        "comm_seconds_total": t_hop * hops,
+        "flops_per_step": step_flops,
+        "compute_seconds_per_step": t_step,
+        "compute_seconds_total": t_step * cp,
+        "compute_to_comm_ratio": (t_step / t_hop) if hops else None,
+        "hidden": hops == 0 or t_step >= t_hop,
+        "min_tokens_per_rank_to_hide": math.ceil(flops * b / (2 * bw)),
+        "ulysses_bytes_per_rank": ulysses,
+        "ulysses_seconds": ulysses / bw,
+        "allgather_bytes_per_rank": total,
+        "allgather_kv_bytes_held_per_rank": 2 * tokens * hidden * b,
+        "ring_kv_bytes_held_per_rank": 2 * 2 * local * hidden * b,
+    }
+    out.update(rate_info)
+    out.update(link_info)
+    return out

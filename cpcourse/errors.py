@@ -1,0 +1,40 @@
+"""Errors a learner can act on.
+
+    python -c "from cpcourse.tokens import video_tokens; video_tokens(-1, 1280, 81)"
+
+Every check on user input raises `InputError`, a `ValueError` whose message is one line that
+says what to change. The command line prints that line and exits with status 2.
+"""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad input from a caller: the message says what to change."""
+
+
+def require(ok: bool, message: str) -> None:
+    """Raise `InputError(message)` unless `ok`."""
+    if not ok:
+        raise InputError(message)
+
+
+def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
+    """Return `value` as an int, or raise an `InputError` naming the flag to fix."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+        raise InputError(f"{name} must be a whole number, got {value!r}")
+    value = int(value)
+    low = 0 if allow_zero else 1
+    require(value >= low, f"{name} must be {'>= 0' if allow_zero else '> 0'}, got {value}")
+    return value
+
+
+def positive_float(name: str, value) -> float:
+    """Return `value` as a float > 0, or raise an `InputError` naming the flag to fix."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}") from None
+    require(value > 0 and value == value and value != float("inf"),
+            f"{name} must be a positive finite number, got {value}")
+    return value

@@ -1,0 +1,267 @@
+"""From a video to the DiT's token sequence: VAE compression, patchify, real model presets.
+
+    cpcourse tokens --model wan2.1-t2v-14b --json
+    cpcourse tokens --height 720 --width 1280 --fps 24 --seconds 5 --vae-spatial 8 --patch 1,2,2
+
+A video of F frames of H x W pixels is encoded by a VAE that divides space by `s` and time by a
+model-specific rule, then cut into patches of (p_t, p_h, p_w) latent cells; each patch is one
+token. Presets come from `data/video_models_and_hardware.json`, read from each model's own code
+and configs (the `src` of each preset names the files).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from importlib import resources
+
+from cpcourse.errors import InputError, positive_float, positive_int, require
+
+
+@lru_cache(maxsize=1)
+def facts() -> dict:
+    """The sourced facts sheet shipped with the package (models, GPUs, links, blog claims)."""
+    text = resources.files("cpcourse").joinpath("data/video_models_and_hardware.json").read_text()
+    return json.loads(text)
+
+
+@dataclass(frozen=True)
+class FrameRule:
+    """How a VAE turns F pixel frames into latent frames.
+
+    kind: "none" (T = F), "causal" (T = (F-1)//stride + 1, valid F = step*n + 1),
+    "chunked" (`chunk` frames -> `per_chunk` latents, remainder at `stride`), "chunks-only"
+    (only whole chunks: T = F//chunk * per_chunk).
+    """
+
+    kind: str
+    stride: int = 1
+    step: int = 1
+    chunk: int = 0
+    per_chunk: int = 0
+
+    def describe(self) -> str:
+        if self.kind == "none":
+            return "T = F (no temporal compression)"
+        if self.kind == "causal":
+            grid = f", F = {self.step}n+1" if self.step > 1 else ""
+            return f"T = (F-1)//{self.stride} + 1{grid}"
+        if self.kind == "chunks-only":
+            return f"T = F//{self.chunk} * {self.per_chunk}, F a multiple of {self.chunk}"
+        return (f"T = F//{self.chunk} * {self.per_chunk} + ceil((F % {self.chunk}) / "
+                f"{self.stride})")
+
+    def is_valid(self, frames: int) -> bool:
+        if frames < 1:
+            return False
+        if self.kind == "causal":
+            return (frames - 1) % self.step == 0
+        if self.kind == "chunks-only":
+            return frames % self.chunk == 0
+        return True
+
+    def nearest_valid(self, frames: int) -> int:
+        """The smallest valid frame count >= `frames` (what a UI snaps a slider to)."""
+        frames = max(1, int(frames))
+        if self.kind == "causal":
+            return frames + (-(frames - 1)) % self.step
+        if self.kind == "chunks-only":
+            return max(self.chunk, frames + (-frames) % self.chunk)
+        return frames
+
+    def latent_frames(self, frames: int) -> int:
+        if self.kind == "none":
+            return frames
+        if self.kind == "causal":
+            return (frames - 1) // self.stride + 1
+        whole = frames // self.chunk * self.per_chunk
+        if self.kind == "chunks-only":
+            return whole
+        return whole + math.ceil((frames % self.chunk) / self.stride)
+
+
+def _rule_from_preset(m: dict) -> FrameRule:
+    kind = m["latent_frame_rule_kind"]
+    if kind.startswith("none"):
+        return FrameRule("none")
+    if kind.startswith("causal"):
+        stride = int(re.search(r"//(\d+)", kind).group(1))
+        # Some VAEs accept a coarser frame grid than their stride (CogVideoX: F = 8n+1).
+        step = re.search(r"F=(\d+)n\+1", m["vae"].get("rule", ""))
+        return FrameRule("causal", stride=stride, step=int(step.group(1)) if step else stride)
+    if kind.startswith("stepvideo"):
+        return FrameRule("chunks-only", chunk=17, per_chunk=3)
+    if kind.startswith("chunked"):
+        chunk, per = map(int, re.search(r"(\d+)->(\d+)", kind).groups())
+        return FrameRule("chunked", stride=m["vae"]["t"], chunk=chunk, per_chunk=per)
+    raise InputError(f"unknown latent-frame rule {kind!r} in the facts sheet")
+
+
+@dataclass(frozen=True)
+class ModelPreset:
+    """A real video DiT as the facts sheet describes it (sizes in tokens, not pixels)."""
+
+    id: str
+    name: str
+    params_b: float
+    vae_temporal: int
+    vae_spatial: int
+    latent_channels: int
+    patch: tuple[int, int, int]
+    hidden: int
+    heads: int
+    head_dim: int
+    layers: int
+    ffn: int
+    text_tokens: int
+    text_joint: bool
+    cfg_forwards: int  # forwards per sampling step: 2 with real CFG, 1 when guidance-distilled
+    attention: str
+    parallel: str
+    default_height: int
+    default_width: int
+    default_frames: int
+    default_fps: float | None
+    rule: FrameRule
+    src: str
+
+    @property
+    def factored(self) -> bool:
+        return self.attention.upper().startswith("FACTORED")
+
+
+def _preset(m: dict) -> ModelPreset:
+    cfg = m["cfg"].lower()
+    distilled = cfg.startswith("guidance-distilled") or "cfg 1.0" in cfg
+    d = m["default"]
+    return ModelPreset(
+        id=m["id"], name=m["name"], params_b=float(m["params_B"]),
+        vae_temporal=m["vae"]["t"], vae_spatial=m["vae"]["s"], latent_channels=m["vae"]["ch"],
+        patch=(m["patch"]["t"], m["patch"]["h"], m["patch"]["w"]),
+        hidden=m["hidden"], heads=m["heads"], head_dim=m["head_dim"], layers=m["layers"],
+        ffn=m.get("ffn") or 4 * m["hidden"], text_tokens=m.get("text_tokens") or 0,
+        text_joint=bool(m["text_joint"]), cfg_forwards=1 if distilled else 2,
+        attention=m["attention"], parallel=m["parallel"],
+        default_height=d["H"], default_width=d["W"], default_frames=d["F"],
+        default_fps=d.get("fps"), rule=_rule_from_preset(m), src=m["src"],
+    )
+
+
+@lru_cache(maxsize=1)
+def presets() -> dict[str, ModelPreset]:
+    """Every model of the facts sheet, by its `id`."""
+    return {m["id"]: _preset(m) for m in facts()["models"]}
+
+
+def get_model(model_id: str) -> ModelPreset:
+    """The preset `model_id`, or an `InputError` listing the ids that exist."""
+    table = presets()
+    if model_id not in table:
+        close = [k for k in table if model_id.lower().split("-")[0] in k]
+        raise InputError(f"unknown model {model_id!r}: use one of "
+                         f"{', '.join(close or table)} (see `cpcourse tokens --list`)")
+    return table[model_id]
+
+
+def frames_for_clip(fps: float, seconds: float, rule: FrameRule) -> int:
+    """Frames in a clip of `seconds` at `fps`, snapped up to a count the VAE accepts.
+
+    A causal video VAE encodes the first frame on its own, so clips are fps*seconds + 1 frames
+    long (Wan's 81 frames are 5 s at 16 fps).
+    """
+    fps, seconds = positive_float("--fps", fps), positive_float("--seconds", seconds)
+    frames = max(1, round(fps * seconds)) + (1 if rule.kind == "causal" else 0)
+    return rule.nearest_valid(frames)
+
+
+@dataclass(frozen=True)
+class TokenCount:
+    """The latent grid and token counts of one video (keys of `cpcourse tokens --json`)."""
+
+    frames: int
+    height: int
+    width: int
+    latent_frames: int
+    latent_height: int
+    latent_width: int
+    token_frames: int
+    tokens_per_frame: int
+    video_tokens: int
+    text_tokens: int
+    sequence_length: int
+    pixels_per_token: int
+    frame_rule: str
+    model: str | None
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def parse_patch(text: str) -> tuple[int, int, int]:
+    """'1,2,2' -> (1, 2, 2)."""
+    try:
+        parts = tuple(int(p) for p in str(text).split(","))
+    except ValueError:
+        parts = ()
+    require(len(parts) == 3, f"--patch must be three integers T,H,W like 1,2,2, got {text!r}")
+    for name, p in zip("THW", parts, strict=True):
+        positive_int(f"--patch {name}", p)
+    return parts  # type: ignore[return-value]
+
+
+def video_tokens(height: int, width: int, frames: int, *, vae_temporal: int = 1,
+                 vae_spatial: int = 8, patch: tuple[int, int, int] = (1, 2, 2),
+                 rule: FrameRule | None = None, text_tokens: int = 0, text_joint: bool = False,
+                 model: str | None = None) -> TokenCount:
+    """Count the tokens of a `frames x height x width` video.
+
+    Manual mode: `vae_temporal` N > 1 uses T = (F-1)//N + 1 (a causal VAE); `rule` overrides it.
+    Tokens = ceil(T / p_t) * (H / (s p_h)) * (W / (s p_w)), plus text when it joins attention.
+    """
+    height, width = positive_int("--height", height), positive_int("--width", width)
+    frames = positive_int("--frames", frames)
+    vae_temporal = positive_int("--vae-temporal", vae_temporal)
+    vae_spatial = positive_int("--vae-spatial", vae_spatial)
+    pt, ph, pw = patch
+    text_tokens = positive_int("--text-tokens", text_tokens, allow_zero=True)
+    if rule is None:
+        rule = FrameRule("causal", vae_temporal, 1) if vae_temporal > 1 else FrameRule("none")
+    who = model or "this VAE"
+    if not rule.is_valid(frames):
+        raise InputError(f"{who} takes frame counts with {rule.describe()}; {frames} is not one: "
+                         f"use {rule.nearest_valid(frames)}")
+    for name, size, p in (("--height", height, ph), ("--width", width, pw)):
+        px = vae_spatial * p
+        below = size - size % px
+        require(size % px == 0, f"{name} {size} is not divisible by {px} (VAE {vae_spatial} x "
+                f"patch {p} pixels per token): use {below or px} or {below + px}")
+    t_lat = rule.latent_frames(frames)
+    lat_h, lat_w = height // vae_spatial, width // vae_spatial
+    t_tok = math.ceil(t_lat / pt)
+    per_frame = (lat_h // ph) * (lat_w // pw)
+    n_video = t_tok * per_frame
+    return TokenCount(
+        frames=frames, height=height, width=width, latent_frames=t_lat, latent_height=lat_h,
+        latent_width=lat_w, token_frames=t_tok, tokens_per_frame=per_frame, video_tokens=n_video,
+        text_tokens=text_tokens, sequence_length=n_video + (text_tokens if text_joint else 0),
+        pixels_per_token=vae_spatial * ph, frame_rule=rule.describe(), model=model,
+    )
+
+
+def model_tokens(model_id: str, height: int | None = None, width: int | None = None,
+                 frames: int | None = None, *, fps: float | None = None,
+                 seconds: float | None = None) -> TokenCount:
+    """Tokens of a preset at its defaults, or at the given size (frames or fps x seconds)."""
+    m = get_model(model_id)
+    if frames is None and seconds is not None:
+        frames = frames_for_clip(fps or m.default_fps or 24, seconds, m.rule)
+    return video_tokens(
+        m.default_height if height is None else height,
+        m.default_width if width is None else width,
+        m.default_frames if frames is None else frames,
+        vae_temporal=m.vae_temporal, vae_spatial=m.vae_spatial, patch=m.patch, rule=m.rule,
+        text_tokens=m.text_tokens, text_joint=m.text_joint, model=m.id,
+    )

@@ -1,0 +1,44 @@
+"""pyproject.toml and environment.yml ask for the same packages; CPU set-up never needs CUDA."""
+
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+CONDA_NAME = {"torch": "pytorch"}
+
+
+def _pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+
+def _spec(req: str) -> tuple[str, str]:
+    name, bound = re.match(r"([A-Za-z0-9_.-]+)\s*(.*)", req).groups()
+    return name.lower(), bound.split("=*")[0].replace(" ", "")
+
+
+def test_environment_matches_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    conda = dict(_spec(d) for d in env["dependencies"] if isinstance(d, str))
+    for req in _pyproject()["dependencies"]:
+        name, bound = _spec(req)
+        assert conda.get(CONDA_NAME.get(name, name)) == bound, (name, bound, conda)
+    assert conda["python"] == _pyproject()["requires-python"]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "-e .[dev]" in pip
+
+
+def test_flash_attn_only_in_the_gpu_extra():
+    project = _pyproject()
+    assert not any("flash" in d for d in project["dependencies"])
+    assert not any("flash" in d for d in project["optional-dependencies"]["dev"])
+    assert any("flash-attn" in d for d in project["optional-dependencies"]["gpu"])
+
+
+def test_setup_installs_torch_without_cuda_on_cpu_machines():
+    script = (ROOT / "tools" / "install_torch.sh").read_text()
+    assert "nvidia-smi" in script and "-U" not in script.split()
+    makefile = (ROOT / "Makefile").read_text()
+    assert "install_torch.sh" in makefile and "--upgrade" not in makefile

@@ -1,0 +1,38 @@
+"""The planner: layouts that respect heads, nodes and memory, with the facts sheet's lessons."""
+
+import pytest
+
+from cpcourse.errors import InputError
+from cpcourse.plan import plan
+
+
+def test_cosmos_on_two_nodes_spans_them_with_cfg_not_tp():
+    p = plan("cosmos-1.0-diffusion-7b", gpus=16, nodes=2)
+    assert p["cfg_parallel"] == 2 and p["tp"] == 1 and p["cp"] == 8
+    assert p["ring_link"] in (None, "nvlink4") and p["fits"]
+
+
+def test_guidance_distilled_model_gets_no_cfg_parallel():
+    p = plan("hunyuanvideo-13b", gpus=8)
+    assert p["cfg_parallel"] == 1 and p["cp"] * p["tp"] == 8
+
+
+def test_every_alternative_respects_head_divisibility():
+    p = plan("wan2.1-t2v-1.3b", gpus=8)
+    for alt in p["alternatives"]:
+        assert 12 % (alt["ulysses"] * alt["tp"]) == 0
+        assert alt["cfg_parallel"] * alt["tp"] * alt["cp"] == 8
+
+
+def test_memory_per_gpu_falls_with_more_gpus():
+    one = plan("wan2.1-t2v-14b", gpus=1)
+    eight = plan("wan2.1-t2v-14b", gpus=8)
+    assert eight["per_gpu_bytes"] < one["per_gpu_bytes"]
+    assert eight["seconds_per_step"] < one["seconds_per_step"]
+
+
+def test_bad_input():
+    with pytest.raises(InputError, match="do not split evenly"):
+        plan("wan2.1-t2v-14b", gpus=6, nodes=4)
+    with pytest.raises(InputError, match="unknown model"):
+        plan("sora-2", gpus=8)

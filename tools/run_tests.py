@@ -1,0 +1,83 @@
+"""python tools/run_tests.py [--fast]: every check of `make test`, in order, with one summary.
+
+    make test
+
+Phases: ruff; stale exercise stubs; unit + multi-process + notebook + browser tests and the graded
+tests on the reference solutions; then the graded tests on the untouched stubs, where each must
+fail with the stub's own NotImplementedError (`--expect-stubs`). Distributed tests run serially:
+ranks need the cores. The last line is the total, `N passed, M failed`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PY = sys.executable
+
+
+def _pytest(name: str, args: list[str], junit_dir: Path) -> list[str]:
+    xml = junit_dir / f"{name}.xml"
+    return [PY, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}", *args]
+
+
+def _counts(xml: Path) -> tuple[int, int, int]:
+    if not xml.exists():
+        return 0, 0, 0
+    passed = failed = skipped = 0
+    for suite in ET.parse(xml).getroot().iter("testsuite"):
+        tests, fails = int(suite.get("tests", 0)), int(suite.get("failures", 0))
+        errs, skips = int(suite.get("errors", 0)), int(suite.get("skipped", 0))
+        failed += fails + errs
+        skipped += skips
+        passed += tests - fails - errs - skips
+    return passed, failed, skipped
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--fast", action="store_true", help="skip notebooks and the browser")
+    args = ap.parse_args()
+    os.chdir(ROOT)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", MPLBACKEND="Agg")
+    junit = Path(tempfile.mkdtemp(prefix="cpcourse-tests-"))
+    skip = ["-m", "not notebook and not browser"] if args.fast else []
+    phases = [
+        ("ruff", [PY, "-m", "ruff", "check", "cpcourse", "tests", "tools", "solutions",
+                  "exercises"]),
+        ("stubs-fresh", [PY, "tools/make_exercises.py", "--check"]),
+        ("tests", _pytest("tests", ["tests", "--impl", "solutions", *skip], junit)),
+        ("stubs-fail", _pytest("stubs", ["tests/graded", "--impl", "exercises",
+                                         "--expect-stubs"], junit)),
+    ]
+    total = [0, 0, 0]
+    failed_phases = []
+    for name, cmd in phases:
+        if name == "stubs-fresh" and not (ROOT / "tools" / "make_exercises.py").exists():
+            continue
+        print(f"\n=== {name}: {' '.join(cmd[1:])}", flush=True)
+        start = time.perf_counter()
+        code = subprocess.call(cmd, env=env)
+        print(f"=== {name}: {'ok' if code == 0 else f'FAILED (exit {code})'} in "
+              f"{time.perf_counter() - start:.0f} s", flush=True)
+        if code != 0:
+            failed_phases.append(name)
+        counts = _counts(junit / f"{name}.xml")
+        for i in range(3):
+            total[i] += counts[i]
+        if name in ("ruff", "stubs-fresh"):
+            total[0 if code == 0 else 1] += 1
+    print(f"\nfailed phases: {', '.join(failed_phases)}" if failed_phases else "\nall phases ok")
+    print(f"{total[0]} passed, {total[1]} failed, {total[2]} skipped")
+    return 1 if failed_phases else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
