@@ -1,0 +1,124 @@
+"""Numbers for people: bytes, seconds and counts as a notebook prints them, and small HTML tables.
+
+    python -c "from cpcourse.viz.fmt import gb; print(gb(373_248_000_000))"
+
+Every figure a notebook states is computed by `cpcourse` and passed through these helpers, so
+prose never carries a typed number. Units are decimal (1 GB = 1e9 B), like the calculators.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from collections.abc import Iterable, Sequence
+
+# A cell that reads as a quantity ("6.19 GB", "54,000", "35x", "yes") is right-aligned so digits
+# line up; anything else reads as text and is left-aligned (notebook CSS right-aligns all cells).
+_QUANTITY = re.compile(r"^(more than )?[~+-]?[\d.,]+\s*(%|x|[kMGT]?B|ms|s|min|h|billion|million"
+                       r"|trillion)?$|^(yes|no|NO)$")
+
+
+def _scaled(value: float, units: Sequence[tuple[float, str]]) -> str:
+    for scale, unit in units:
+        if abs(value) >= scale:
+            v = value / scale
+            # Three significant figures, never fewer than one decimal: 6.19 GB, 27.6 MB, 373.2 GB.
+            return f"{v:,.2f} {unit}" if abs(v) < 10 else f"{v:,.1f} {unit}"
+    return f"{value:,.0f} {units[-1][1]}"
+
+
+def nbytes(n: float) -> str:
+    """Bytes in decimal units: 884736000 -> '884.7 MB'."""
+    return _scaled(n, ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"), (1, "B")))
+
+
+def gb(n: float) -> str:
+    """Bytes as GB whatever the size: 10616832000 -> '10.6 GB' (tables compare in one unit)."""
+    v = n / 1e9
+    return f"{v:,.2f} GB" if abs(v) < 10 else f"{v:,.1f} GB"
+
+
+def seconds(s: float) -> str:
+    """A duration in the unit a reader thinks in: 0.00196608 -> '1.97 ms', 3887 -> '1.08 h'.
+
+    Below a second everything is in ms (0.32 ms, not 320 us), so a table compares at a glance.
+    """
+    for scale, unit in ((3600, "h"), (60, "min"), (1, "s")):
+        if abs(s) >= scale:
+            v = s / scale
+            return f"{v:.2f} {unit}" if abs(v) < 10 else f"{v:.1f} {unit}"
+    v = s * 1e3
+    return f"{v:.2f} ms" if abs(v) < 10 else f"{v:.1f} ms"
+
+
+def count(n: float) -> str:
+    """An integer with thousands separators: 432000 -> '432,000'."""
+    return f"{int(round(n)):,}"
+
+
+def sci(n: float) -> str:
+    """A large count in words a reader can say: 1866240000 -> '1.87 billion'."""
+    for scale, word in ((1e12, "trillion"), (1e9, "billion"), (1e6, "million")):
+        if abs(n) >= scale:
+            return f"{n / scale:.3g} {word}"
+    return count(n)
+
+
+def ratio(x: float) -> str:
+    """A multiplier: 35.1 -> '35x', 3.01 -> '3.0x'."""
+    return f"{x:.1f}x" if abs(x) < 10 else f"{x:.0f}x"
+
+
+def html_table(rows: Iterable[dict], columns: Sequence[str] | None = None, *,
+               css_class: str = "cpc-table", titles: dict[str, str] | None = None) -> str:
+    """An HTML table of `rows` (dicts), columns in order; cell text is escaped.
+
+    `titles` maps a column to the key of a row field shown as a hover tooltip on that cell.
+    """
+    rows = list(rows)
+    columns = list(columns or (rows[0].keys() if rows else []))
+    titles = titles or {}
+    numeric = {c: bool(rows) and all(_QUANTITY.match(str(r.get(c, "")).strip()) for r in rows)
+               for c in columns}
+    align = {c: "right" if numeric[c] else "left" for c in columns}
+    head = "".join(f'<th style="text-align:{align[c]}">{html.escape(str(c))}</th>'
+                   for c in columns)
+    body = []
+    for r in rows:
+        cells = []
+        for c in columns:
+            tip = r.get(titles[c], "") if c in titles else ""
+            attr = f' title="{html.escape(str(tip))}"' if tip else ""
+            cells.append(f'<td style="text-align:{align[c]}"{attr}>'
+                         f"{html.escape(str(r.get(c, '')))}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return (f'<table class="{css_class}"><thead><tr>{head}</tr></thead>'
+            f"<tbody>{''.join(body)}</tbody></table>")
+
+
+def say(markdown: str) -> None:
+    """Show computed prose: Markdown in a notebook, plain text elsewhere."""
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython ships with the course
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(Markdown(markdown))
+    else:
+        print(markdown)
+
+
+def show_table(rows: Iterable[dict], columns: Sequence[str] | None = None, **kw) -> None:
+    """Display `html_table(rows, columns)` in a notebook (plain rows elsewhere)."""
+    rows = list(rows)
+    try:
+        from IPython import get_ipython
+        from IPython.display import HTML, display
+    except ImportError:  # pragma: no cover
+        get_ipython = None
+    if get_ipython is not None and get_ipython() is not None:
+        display(HTML(html_table(rows, columns, **kw)))
+    else:
+        for r in rows:
+            print(" | ".join(str(r.get(c, "")) for c in (columns or r.keys())))

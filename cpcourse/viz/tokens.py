@@ -1,0 +1,278 @@
+"""Figures for notebook 00: how many tokens a video makes, and what that costs per GPU.
+
+    python -m cpcourse.viz.tokens artifacts   # writes tokens_growth.png and cp_memory.png
+
+Thin compositions of the calculators (`cpcourse.tokens`, `cpcourse.costs`, `cpcourse.hardware`);
+every number drawn comes from them. Figures are `matplotlib.figure.Figure` objects built without
+pyplot, so nothing is shown twice in a notebook and nothing leaks when a dashboard redraws.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+
+from cpcourse.costs import dtype_bytes, memory, shard_sizes
+from cpcourse.hardware import get_gpu, gpus
+from cpcourse.tokens import (
+    FrameRule,
+    ModelPreset,
+    frames_for_clip,
+    get_model,
+    model_tokens,
+    presets,
+    video_tokens,
+)
+from cpcourse.viz import fmt
+
+CP_DEGREES = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True)
+class VAE:
+    """A VAE + patchify recipe: what turns pixels into tokens (no transformer attached)."""
+
+    label: str
+    vae_spatial: int = 8
+    patch: tuple[int, int, int] = (1, 2, 2)
+    rule: FrameRule = FrameRule("none")
+
+    @property
+    def px_per_token(self) -> int:
+        return self.vae_spatial * self.patch[1]
+
+    def tokens(self, height: int, width: int, frames: int):
+        return video_tokens(height, width, frames, vae_spatial=self.vae_spatial,
+                            patch=self.patch, rule=self.rule)
+
+
+def seed_vaes() -> list[VAE]:
+    """The seed article's recipe (no time compression) next to the causal VAEs real models use."""
+    return [
+        VAE("8x space, no time compression (the article)"),
+        VAE("8x space, 4x causal time (Wan, HunyuanVideo, CogVideoX)",
+            rule=FrameRule("causal", stride=4, step=4)),
+        VAE("8x space, 8x causal time (Cosmos-1.0, LTX)",
+            rule=FrameRule("causal", stride=8, step=8)),
+    ]
+
+
+def model_vae(m: ModelPreset) -> VAE:
+    return VAE(m.name, m.vae_spatial, m.patch, m.rule)
+
+
+def snap_to_grid(size: int, px: int) -> int:
+    """The multiple of `px` nearest to `size` (at least `px`): 720 at 32 px -> 704."""
+    return max(px, round(size / px) * px)
+
+
+def gpu_memory(m: ModelPreset, tokens: int, cp: int, *, dtype: str = "bf16",
+               cfg_batch: int = 1) -> dict:
+    """Bytes one GPU holds while one layer of `m` runs on `tokens` tokens split over `cp` ranks.
+
+    fused: weights (replicated: CP never divides them) + that layer's activations for the local
+    shard + the ring's K/V buffers, as with FlashAttention-style kernels that never store scores.
+    materialised: fused plus the score matrix of every head, local queries x all keys, which is
+    what naive attention would store.
+    """
+    mem = memory(tokens, m.hidden, m.heads, dtype=dtype, cp=cp, ffn=m.ffn, layers=m.layers,
+                 params_b=m.params_b, cfg_batch=cfg_batch)
+    scores = mem["tokens_per_rank"] * tokens * m.heads * dtype_bytes(dtype) * cfg_batch
+    return {
+        "cp": cp, "tokens_per_rank": mem["tokens_per_rank"],
+        "weights": mem["weights_bytes"],
+        "activations": mem["activation_bytes_per_layer_per_rank"],
+        "ring_kv": mem["ring_kv_buffer_bytes_per_rank"] if cp > 1 else 0,
+        "scores": scores,
+        "fused": mem["per_gpu_bytes"] - (0 if cp > 1 else mem["ring_kv_buffer_bytes_per_rank"]),
+        "materialised": mem["per_gpu_bytes"] + scores,
+    }
+
+
+def short_parallel(text: str) -> str:
+    """The official multi-GPU recipe in a few words, read from the facts sheet's description."""
+    t = text.lower()
+    if t.startswith("none") or "none in official" in t:
+        return "none (single GPU)"
+    if "usp" in t or ("ulysses" in t and "ring" in t and "no ring" not in t):
+        algo = "Ulysses x ring (USP)"
+    elif "p2p" in t or "ring_attn" in t or "te p2p" in t:
+        algo = "ring"
+    elif re.search(r"ulysses|a2a|all_to_all", t):
+        algo = "Ulysses all-to-all"
+    else:
+        algo = "TP only"
+    axis = next((a for key, a in (("split along t", "time"), ("t-split", "time"),
+                                  ("temporal axis", "time"), ("height", "height"),
+                                  ("spatial axis", "space")) if key in t), None)
+    extras = [x for key, x in (("fsdp", "FSDP"), ("cfg", "CFG-parallel"), ("tensor_par", "TP"))
+              if key in t]
+    return algo + (f", split over {axis}" if axis else "") + "".join(f" + {x}" for x in extras)
+
+
+def model_rows(dtype: str = "bf16") -> list[dict]:
+    """One row per preset at its default video: tokens, attention memory, Q/K/V, parallelism."""
+    b = dtype_bytes(dtype)
+    rows = []
+    for m in presets().values():
+        t = model_tokens(m.id)
+        n = t.sequence_length
+        fps = f" @ {m.default_fps:g} fps" if m.default_fps else ""
+        rows.append({
+            "model": m.name, "id": m.id,
+            "default video": f"{m.default_height}x{m.default_width}, {m.default_frames} f{fps}",
+            "latent grid": f"{t.latent_frames}x{t.latent_height}x{t.latent_width}",
+            "video tokens": fmt.count(t.video_tokens),
+            "sequence": fmt.count(n) + (" (+text)" if m.text_joint else ""),
+            "attention / head": fmt.gb(n * n * b),
+            "Q/K/V / layer": fmt.gb(3 * n * m.hidden * b),
+            "forwards / step": m.cfg_forwards,
+            "attention": "factored" if m.factored else "full 3D",
+            "official multi-GPU": short_parallel(m.parallel), "parallel_full": m.parallel,
+            "_tokens": n,
+        })
+    return rows
+
+
+def _gb_axis(ax) -> None:
+    """Log axis in GB with ticks at 1, 2, 5 x 10^k, so even a short range is labelled."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(
+        lambda v, _: f"{v / 1e9:,.0f} GB" if v >= 1e9 else f"{v / 1e9:g} GB"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _hbm_lines(ax, highlight: str | None = None) -> None:
+    """Dotted lines at each distinct HBM size of the GPUs in the hardware table, labelled on
+    the left (far from curves that grow or fall): the top label above its line, the others
+    under theirs, so that labels of close sizes (141 and 180 GB) never overlap."""
+    sizes: dict[int, list[str]] = {}
+    for g in gpus().values():
+        sizes.setdefault(g.hbm_bytes, []).append(g.id.split("-")[0].upper())
+    ordered = sorted(sizes.items())
+    for i, (size, names) in enumerate(ordered):
+        hot = highlight is not None and get_gpu(highlight).id.split("-")[0].upper() in names
+        color = "crimson" if hot else "0.35"
+        ax.axhline(size, color=color, lw=1.6 if hot else 1, ls=":")
+        top = i == len(ordered) - 1
+        ax.annotate(f"{size / 1e9:g} GB: {', '.join(names)}", (0.01, size), ha="left",
+                    va="bottom" if top else "top", fontsize=8, color=color,
+                    xycoords=("axes fraction", "data"),
+                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
+
+
+def draw_growth(ax_t, ax_m, height: int, width: int, fps: float, vaes: Sequence[VAE], *,
+                max_seconds: float = 20, mark_seconds: float | None = None,
+                dtype: str = "bf16", text_tokens: int = 0, styles: Sequence[str] = ()) -> None:
+    """Tokens (on `ax_t`) and one head's score matrix (on `ax_m`, if given) vs clip length."""
+    b = dtype_bytes(dtype)
+    secs = [0.5 * i for i in range(1, int(max_seconds * 2) + 1)]
+    for i, v in enumerate(vaes):
+        h, w = snap_to_grid(height, v.px_per_token), snap_to_grid(width, v.px_per_token)
+        n = [v.tokens(h, w, frames_for_clip(fps, s, v.rule)).video_tokens + text_tokens
+             for s in secs]
+        color, ls = f"C{i}", (styles[i] if i < len(styles) else "-")
+        ax_t.plot(secs, n, ls, color=color, label=v.label)
+        if ax_m is not None:
+            ax_m.plot(secs, [x * x * b for x in n], ls, color=color)
+        if mark_seconds is not None:
+            k = min(range(len(secs)), key=lambda j: abs(secs[j] - mark_seconds))
+            ax_t.plot(secs[k], n[k], "o", color=color)
+            ax_t.annotate(fmt.count(n[k]), (secs[k], n[k]), textcoords="offset points",
+                          xytext=(6, -10), fontsize=8, color=color)
+            if ax_m is not None:
+                ax_m.plot(secs[k], n[k] ** 2 * b, "o", color=color)
+    ax_t.set_yscale("log")
+    ax_t.yaxis.set_major_formatter(FuncFormatter(lambda v, _: fmt.sci(v)))
+    ax_t.set_ylabel("tokens in the attention sequence")
+    for ax in (ax_t, ax_m):
+        if ax is not None:
+            ax.set_xlabel(f"clip length (s) at {fps:g} fps, {height}x{width}")
+            ax.grid(True, which="major", alpha=0.3)
+    if ax_m is not None:
+        _gb_axis(ax_m)
+        _hbm_lines(ax_m)
+        ax_m.set_ylabel(f"one head's score matrix, {dtype}")
+
+
+def growth_figure(height: int = 720, width: int = 1280, fps: float = 24, *,
+                  vaes: Sequence[VAE] | None = None, max_seconds: float = 20,
+                  mark_seconds: float | None = 5, dtype: str = "bf16") -> Figure:
+    """Left: tokens vs clip length; right: one head's attention matrix (if stored) vs length."""
+    fig = Figure(figsize=(11, 4), layout="constrained")
+    ax_t, ax_m = fig.subplots(1, 2)
+    draw_growth(ax_t, ax_m, height, width, fps, list(vaes or seed_vaes()),
+                max_seconds=max_seconds, mark_seconds=mark_seconds, dtype=dtype)
+    ax_t.set_title("Tokens grow linearly with the clip")
+    ax_m.set_title("One head's attention matrix grows with the square")
+    ax_t.legend(fontsize=8, loc="upper left")
+    return fig
+
+
+def draw_cp_memory(ax, m: ModelPreset, tokens: int, *, cp_degrees: Sequence[int] = CP_DEGREES,
+                   dtype: str = "bf16", cfg_batch: int = 1, highlight_gpu: str | None = None,
+                   mark_cp: int | None = None) -> list[dict]:
+    """Bytes per GPU vs CP degree for one layer of `m`, against each GPU's HBM; returns rows."""
+    cps = [p for p in cp_degrees if p <= tokens]
+    rows = [gpu_memory(m, tokens, p, dtype=dtype, cfg_batch=cfg_batch) for p in cps]
+    ax.plot(cps, [r["materialised"] for r in rows], "s-", color="C3",
+            label="naive attention (every head's scores stored)")
+    ax.plot(cps, [r["fused"] for r in rows], "o-", color="C0",
+            label="fused attention (weights + one layer's activations)")
+    ax.plot(cps, [r["weights"] for r in rows], "--", color="0.5",
+            label="weights alone (CP does not split them)")
+    if mark_cp in cps:
+        r = rows[cps.index(mark_cp)]
+        ax.plot([mark_cp] * 2, [r["fused"], r["materialised"]], "o", ms=13, mfc="none",
+                color="k")
+    _hbm_lines(ax, highlight_gpu)
+    low = min(r["weights"] for r in rows)
+    ax.set_ylim(bottom=low / 1.6)  # room for a labelled tick under the weights floor
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(cps, [str(p) for p in cps])
+    ax.xaxis.set_minor_locator(NullLocator())
+    _gb_axis(ax)
+    ax.set_xlabel("CP degree (GPUs sharing the sequence)")
+    ax.set_ylabel(f"bytes per GPU, {dtype}")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize=8, loc="best")
+    return rows
+
+
+def cp_memory_figure(model_id: str, tokens: int, *, cp_degrees: Sequence[int] = CP_DEGREES,
+                     dtype: str = "bf16", cfg_batch: int = 1, highlight_gpu: str | None = None,
+                     mark_cp: int | None = None, title: str | None = None) -> Figure:
+    """Bytes per GPU vs CP degree for one layer of a preset, against each GPU's HBM."""
+    m = get_model(model_id)
+    fig = Figure(figsize=(7.5, 4), layout="constrained")
+    ax = fig.subplots()
+    draw_cp_memory(ax, m, tokens, cp_degrees=cp_degrees, dtype=dtype, cfg_batch=cfg_batch,
+                   highlight_gpu=highlight_gpu, mark_cp=mark_cp)
+    ax.set_title(title or f"{m.name}: {fmt.count(tokens)} tokens, per GPU", fontsize=10)
+    return fig
+
+
+def tokens_per_rank(tokens: int, cp: int) -> int:
+    """The largest shard: the rank that sets the pace."""
+    return max(shard_sizes(tokens, cp))
+
+
+def main(argv: list[str] | None = None) -> int:
+    out = Path(argv[0] if argv else "artifacts")
+    out.mkdir(parents=True, exist_ok=True)
+    growth_figure().savefig(out / "tokens_growth.png", dpi=100)
+    t = model_tokens("hunyuanvideo-13b").sequence_length
+    cp_memory_figure("hunyuanvideo-13b", t).savefig(out / "cp_memory.png", dpi=100)
+    print(f"wrote {out / 'tokens_growth.png'} and {out / 'cp_memory.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
