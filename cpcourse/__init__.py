@@ -12,7 +12,9 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {"check": ("cpcourse.grading", "check"), "launch": ("cpcourse.launch", "launch")}
+_LAZY = {"check": ("cpcourse.grading", "check"), "launch": ("cpcourse.launch", "launch"),
+         "exercise": ("cpcourse.course", "exercise"),
+         "use_reference": ("cpcourse.course", "use_reference")}
 
 
 def __getattr__(name: str):

@@ -54,7 +54,7 @@ def main() -> int:
                   "exercises"]),
         ("stubs-fresh", [PY, "tools/make_exercises.py", "--check"]),
         ("tests", _pytest("tests", ["tests", "--impl", "solutions", *skip], junit)),
-        ("stubs-fail", _pytest("stubs", ["tests/graded", "--impl", "exercises",
+        ("stubs-fail", _pytest("stubs-fail", ["tests/graded", "--impl", "exercises",
                                          "--expect-stubs"], junit)),
     ]
     total = [0, 0, 0]

@@ -1,0 +1,35 @@
+# Yours to edit. Generated from solutions/ex00_tokens.py by tools/make_exercises.py
+# stub-sha256: aa53aff9c4de5c3f (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 00, the token explosion: how many tokens a video becomes.
+
+    python -m pytest tests/graded --ex 00.1 --impl exercises
+
+Check your answer in a notebook with `cpcourse.check("00.1")`, or from a shell with
+`cpcourse grade`. The library's own version is `cpcourse.tokens.video_tokens`.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def count_video_tokens(height: int, width: int, frames: int, vae_temporal: int = 1,
+                       vae_spatial: int = 8, patch: tuple[int, int, int] = (1, 2, 2)) -> int:
+    """The number of DiT tokens of a `frames x height x width` video (an int).
+
+    The VAE divides space by `vae_spatial` (s) and time by `vae_temporal`:
+      latent frames T = F                        when vae_temporal == 1,
+                      = (F - 1) // vae_temporal + 1  otherwise (a causal VAE encodes the
+                                                     first frame on its own).
+    The DiT then cuts the latent video [T, H/s, W/s] into patches of (p_t, p_h, p_w) cells; each
+    patch is one token:
+      tokens = ceil(T / p_t) * (H // (s * p_h)) * (W // (s * p_w)).
+    Example: 720 x 1280, 120 frames, s = 8, patch (1, 2, 2) -> 120 * 45 * 80 = 432,000 tokens.
+    """
+    # Exercise 00.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 00.1 count_video_tokens: read notebook 00, \"Counting tokens\". Hint: "
+        "first the latent frames T, then multiply the patches along time (round up), "
+        "height and width (round down)."
+    )

@@ -1,0 +1,65 @@
+"""Execute one notebook in a fresh kernel and say how it went (used by test_notebooks.py).
+
+    python tests/notebooks/nbrun.py notebooks/00_token_explosion.ipynb out.ipynb
+
+Prints one JSON object: {"ok", "seconds", "cells", "error": {"cell", "ename", "evalue",
+"source", "traceback"} or null, "notices": [...]}. The executed notebook (outputs included) is
+written to the second path for inspection. The kernel inherits this process's environment
+(CPCOURSE_IMPL, CPCOURSE_STRICT_CHECKS), and starts in the notebook's folder, as in JupyterLab.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _texts(cell) -> list[str]:
+    out = []
+    for o in cell.get("outputs", []):
+        if o.get("output_type") == "stream":
+            out.append(o.get("text", ""))
+        for kind in ("text/html", "text/plain"):
+            if kind in o.get("data", {}):
+                out.append(o["data"][kind])
+    return out
+
+
+def main(src: str, dest: str, cell_timeout: float = 120.0) -> dict:
+    nb = nbformat.read(src, as_version=4)
+    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+                            resources={"metadata": {"path": str(Path(src).parent)}})
+    start, error = time.monotonic(), None
+    try:
+        client.execute()
+    except CellExecutionError:
+        pass
+    except Exception as exc:  # a kernel that died or timed out: report, do not hide
+        error = {"cell": None, "ename": type(exc).__name__, "evalue": str(exc)[:2000],
+                 "source": "", "traceback": ""}
+    for i, cell in enumerate(nb.cells):
+        for o in cell.get("outputs", []):
+            if o.get("output_type") == "error" and error is None:
+                error = {"cell": i, "ename": o["ename"], "evalue": o["evalue"],
+                         "source": cell.source,
+                         "traceback": ANSI.sub("", "\n".join(o.get("traceback", [])))[-4000:]}
+    Path(dest).parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, dest)
+    text = "\n".join(t for c in nb.cells for t in _texts(c))
+    return {"ok": error is None, "seconds": round(time.monotonic() - start, 2),
+            "cells": len(nb.cells), "error": error,
+            "checks": re.findall(r"data-cpcourse-check='([^']+)'", text),
+            "not_implemented_notices": text.count("not implemented yet")}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(sys.argv[1], sys.argv[2])))

@@ -1,0 +1,210 @@
+"""check() and `cpcourse grade` on a throwaway course: every status, the time limit, no orphans.
+
+    python -m pytest tests/unit/test_grading.py
+
+Each pytest subprocess costs about 2 s, so the cases are batched into few runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from fake_course import edit_as_learner, make_course
+
+from cpcourse import grading
+from cpcourse.errors import InputError
+from cpcourse.panels import render_html, render_table, render_text
+
+LEARNED = ["99.1", "99.2", "99.3", "99.5", "99.6"]  # everything but the infinite loop
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory):
+    root = make_course(tmp_path_factory.mktemp("course") / "c")
+    edit_as_learner(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def learner_grade(course):
+    """One `cpcourse grade --json` run over the learner's exercises (but 99.4's loop)."""
+    env = {**os.environ, "CPCOURSE_ROOT": str(course)}
+    cmd = [sys.executable, "-m", "cpcourse.cli", "grade", "--json", "--timeout", "120"]
+    for ex_id in LEARNED:
+        cmd += ["--ex", ex_id]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+    return proc
+
+
+def _by_id(proc):
+    data = json.loads(proc.stdout)  # exactly one JSON object on stdout
+    return data, {e["id"]: e for e in data["exercises"]}
+
+
+def test_grade_json_reports_each_status(learner_grade):
+    data, rows = _by_id(learner_grade)
+    assert learner_grade.returncode == 1 and data["passed"] is False
+    assert data["impl"] == "exercises" and data["exercises_total"] == len(LEARNED)
+    assert {k: v["status"] for k, v in rows.items()} == {
+        "99.1": "passed", "99.2": "failed", "99.3": "not implemented", "99.5": "no tests",
+        "99.6": "not implemented"}
+    assert rows["99.1"]["title"] == "Adding" and rows["99.1"]["function"] == "add"
+    assert rows["99.5"]["title"] == "unused"  # no quoted title: the function's name
+    failure = rows["99.2"]["first_failure"]
+    assert "test_double" in failure and "worst at index [1, 1]" in failure
+    assert "expected 8, got 9" in failure and "hint: multiply by two" in failure
+    assert "Exercise 99.3 triple" in rows["99.3"]["first_failure"]
+    assert "builds on exercise 99.3" in rows["99.6"]["first_failure"]
+
+
+def test_grade_solutions_pass(course, capsys, monkeypatch):
+    monkeypatch.setenv("CPCOURSE_ROOT", str(course))
+    code = grading.main(["--impl", "solutions", "--ex", "99.1", "--ex", "99.2", "--ex", "99.6"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "3 of 3 exercises pass (solutions" in out
+    assert out.splitlines()[0].split() == ["id", "title", "status", "tests", "first", "failure"]
+
+
+def test_check_times_out_and_leaves_no_process(course, tmp_path, monkeypatch, capsys):
+    pids = tmp_path / "pids"
+    monkeypatch.setenv("FAKE_PIDS", str(pids))
+    start = time.monotonic()
+    result = grading.check("99.4", timeout=8, root=course)
+    elapsed = time.monotonic() - start
+    assert result.status == "timed out" and not result.passed
+    assert "timed out after 8 s in test_spin" in result.first_failure
+    assert "an infinite loop or a deadlock" in result.first_failure
+    assert elapsed < 60  # bounded by the limit plus the grace periods, not by the loop
+    shown = capsys.readouterr().out
+    assert "TIMED OUT" in shown and "timed out after 8 s" in shown
+    if pids.exists():  # the test had started: its process and its detached child are gone
+        for pid in map(int, pids.read_text().split()):
+            for _ in range(50):
+                if not _running(pid):
+                    break
+                time.sleep(0.1)
+            assert not _running(pid), f"process {pid} survived the timeout"
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_check_strict_mode_raises(course, monkeypatch, capsys):
+    monkeypatch.setenv("CPCOURSE_STRICT_CHECKS", "1")
+    with pytest.raises(grading.CheckFailed, match="99.3.*not implemented"):
+        grading.check("99.3", root=course)
+    assert "NOT IMPLEMENTED" in capsys.readouterr().out
+
+
+def test_bad_input_is_an_input_error(course, monkeypatch):
+    monkeypatch.setenv("CPCOURSE_ROOT", str(course))
+    with pytest.raises(InputError, match="no exercise '42.1'"):
+        grading.check("42.1")
+    with pytest.raises(InputError, match="--impl"):
+        grading.main(["--impl", "mine"])
+    with pytest.raises(InputError, match="exercises or solutions"):
+        grading.check("99.1", impl="nope")
+
+
+def test_panels_say_what_to_do(learner_grade, course, monkeypatch):
+    monkeypatch.setenv("CPCOURSE_ROOT", str(course))
+    from cpcourse.stubs import get_exercise
+
+    failed = grading.ExerciseResult(
+        get_exercise("99.2"), "exercises", "failed",
+        [grading.TestOutcome("t.py::test_double", "99.2", "failed", "AssertionError: <boom>"),
+         grading.TestOutcome("t.py::test_other", "99.2", "passed")])
+    text, html = render_text(failed), render_html(failed)
+    assert "FAILED" in text and "1 of 2 graded tests pass" in text and "<boom>" in text
+    assert "data-cpcourse-check='failed'" in html and "&lt;boom&gt;" in html
+    todo = grading.ExerciseResult(get_exercise("99.3"), "exercises", "not implemented")
+    assert "write triple in exercises/ex99_fake.py" in render_text(todo)
+    table = render_table([failed, todo], 1.0)
+    assert "0 of 2 exercises pass" in table and "test_double: AssertionError" in table
+
+
+EXPECT_STUBS = '''\
+import pytest
+
+
+@pytest.mark.ex("99.1")
+def test_calls_the_stub(impl):
+    impl("ex99_fake").add(1, 2)
+
+
+@pytest.mark.ex("99.1")
+def test_never_calls_the_exercise(impl):
+    assert 1 + 1 == 2
+
+
+@pytest.mark.ex("99.3")
+def test_breaks_before_the_stub(impl):
+    raise ValueError("a bug in the test")
+
+
+@pytest.mark.ex("99.3")
+def test_own_not_implemented(impl):
+    raise NotImplementedError("Exercise 99.3 triple: but raised by the test itself")
+'''
+
+
+def test_expect_stubs_accepts_only_the_stubs_own_error(tmp_path):
+    root = make_course(tmp_path / "c", {"test_ex99_expect.py": EXPECT_STUBS})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-rA", "-q", "tests/graded",
+                           "--impl", "exercises", "--expect-stubs"], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CPCOURSE_ROOT": str(root)})
+    status = {line.split()[1].split("::")[-1]: line.split()[0]
+              for line in proc.stdout.splitlines() if line.startswith(("PASSED", "FAILED"))}
+    assert status == {"test_calls_the_stub": "PASSED",
+                      "test_never_calls_the_exercise": "FAILED",
+                      "test_breaks_before_the_stub": "FAILED",
+                      "test_own_not_implemented": "FAILED"}, proc.stdout
+    assert "passed on the untouched stubs" in proc.stdout
+    assert "got ValueError: a bug in the test" in proc.stdout
+
+
+def test_graded_test_without_marker_is_refused(tmp_path):
+    text = "def test_unmarked(impl):\n    impl('ex99_fake').add(1, 2)\n"
+    root = make_course(tmp_path / "c", {"test_ex99_bad.py": text})
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/graded"], cwd=root,
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "CPCOURSE_ROOT": str(root)})
+    assert proc.returncode == 4  # a usage error, not a silently ungraded test
+    assert "needs @pytest.mark.ex" in proc.stdout + proc.stderr
+
+
+def test_a_ranks_stub_error_counts_as_the_stub(course):
+    """cpcourse.launch re-raises a rank's error as RankError, its traceback as text."""
+    from cpcourse.stubs import stub_error_id
+
+    class RankError(Exception):
+        exc_type, message = "NotImplementedError", "Exercise 99.3 triple: read notebook 99."
+        traceback = (f'Traceback (most recent call last):\n  File "/x/_entry.py", line 9, in run\n'
+                     f'  File "{course}/exercises/ex99_fake.py", line 30, in triple\n')
+
+    assert stub_error_id(RankError(), course) == "99.3"
+    RankError.traceback = RankError.traceback.replace("exercises/", "solutions/")
+    assert stub_error_id(RankError(), course) is None  # raised elsewhere: not the stub's
+    RankError.exc_type = "ValueError"
+    assert stub_error_id(RankError(), course) is None
+
+
+def test_expect_stubs_needs_exercises(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/graded",
+                           "--impl", "solutions", "--expect-stubs", "--co"],
+                          cwd=Path(__file__).resolve().parents[2],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 4 and "use it with --impl exercises" in proc.stderr
