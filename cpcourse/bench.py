@@ -2,6 +2,7 @@
 
     cpcourse bench kernel --json          # attention_with_lse vs fused SDPA vs naive
     cpcourse bench ring --nproc 2 --json  # ring variants vs all-gather, Ulysses, torch CP
+    cpcourse bench launch --json          # launch(): start-up, error latency, orphans
 
 Each benchmark lives in `cpcourse/bench_<name>.py` and exposes `main(argv) -> int`.
 """
@@ -16,6 +17,7 @@ from cpcourse.errors import InputError
 BENCHMARKS = {
     "kernel": "attention_with_lse against fused SDPA and naive attention, several L",
     "ring": "overlapped / blocking / all-gather ring, Ulysses, torch CP, one-process fused",
+    "launch": "launch(): start-up time, error latency, processes left after a kill",
 }
 
 

@@ -1,10 +1,15 @@
-"""Stop a subprocess and every process it started, even those that left its session.
+"""Finding and ending every process a launch started, including the ones torchrun detached.
 
-    python -m pytest tests/unit/test_grading.py -k times_out
+    python -c "from cpcourse.proctree import descendants; import os; print(descendants(1))"
 
-torchrun starts its workers in sessions of their own, so killing a process group is not enough
-(research/cpu-calibration.md): note the descendants first, ask politely (SIGINT or SIGTERM),
-wait a little, then SIGKILL whatever of the noted processes is left.
+torchrun starts each worker in a session of its own, so killing torchrun or its process group
+leaves the workers running (and holding the output pipe open). `end_tree` does what works: note
+the whole tree first, SIGTERM the root (torchrun then stops its workers), wait, and SIGKILL
+whatever of the noted processes is still alive. A process is identified by (pid, start time) so
+that a pid the kernel has reused for an unrelated process is never signalled, and `marked` finds
+workers re-parented to init through a unique string in their environment.
+Linux reads /proc; elsewhere (macOS) `ps` lists parents and the start-time check is skipped.
+`launch` uses `end_tree`; the grader and the notebook tests use `stop_tree`.
 """
 
 from __future__ import annotations
@@ -14,86 +19,150 @@ import signal
 import subprocess
 import time
 
+Proc = tuple[int, int]  # (pid, start time in clock ticks since boot; 0 where unknown)
+_PROC_FS = os.path.isdir("/proc/self")
 
-def descendants(pid: int) -> list[int]:
-    """Every live descendant of `pid` (children first), found through the parent links."""
-    try:
-        import psutil
 
-        return [c.pid for c in psutil.Process(pid).children(recursive=True)]
-    except ImportError:
-        pass
-    except Exception:  # psutil.NoSuchProcess and friends: nothing left to find
-        return []
+def _stat(pid: int) -> tuple[int, int] | None:
+    """(parent pid, start time) of `pid` from /proc, or None when it is gone or a zombie."""
     try:
-        out = subprocess.run(["ps", "-A", "-o", "pid=", "-o", "ppid="], capture_output=True,
-                             text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after its last ')'.
+    fields = data[data.rindex(b")") + 2:].split()
+    if fields[0] == b"Z":  # a zombie is already dead; it only waits to be reaped
+        return None
+    return int(fields[1]), int(fields[19])
+
+
+def _table() -> dict[int, tuple[int, int]]:
+    """pid -> (ppid, start time) for every visible process."""
+    if _PROC_FS:
+        table = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and (st := _stat(int(name))) is not None:
+                table[int(name)] = st
+        return table
+    out = subprocess.run(["ps", "-A", "-o", "pid=,ppid="], capture_output=True, text=True,
+                         check=False).stdout
+    rows = (line.split() for line in out.splitlines() if line.strip())
+    return {int(pid): (int(ppid), 0) for pid, ppid in rows}
+
+
+def identify(pid: int) -> Proc | None:
+    """(pid, start time) of a live process, or None."""
+    if _PROC_FS:
+        st = _stat(pid)
+        return None if st is None else (pid, st[1])
+    return (pid, 0) if alive((pid, 0)) else None
+
+
+def descendants(root: int) -> set[Proc]:
+    """Every live process below `root` (children, grandchildren, ...), as (pid, start time)."""
+    table = _table()
     children: dict[int, list[int]] = {}
-    for line in out.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            children.setdefault(int(parts[1]), []).append(int(parts[0]))
-    found, todo = [], [pid]
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found: set[Proc] = set()
+    todo = [root]
     while todo:
-        for kid in children.get(todo.pop(), []):
-            found.append(kid)
-            todo.append(kid)
+        for child in children.get(todo.pop(), []):
+            if (child, table[child][1]) not in found:
+                found.add((child, table[child][1]))
+                todo.append(child)
     return found
 
 
-def _signal(pids, sig) -> None:
-    for pid in pids:
+def marked(marker: str) -> set[Proc]:
+    """Live processes whose environment holds `marker` (Linux; empty elsewhere)."""
+    if not _PROC_FS:
+        return set()
+    needle, found = marker.encode(), set()
+    for name in os.listdir("/proc"):
+        if not name.isdigit() or int(name) == os.getpid():
+            continue
         try:
-            os.kill(pid, sig)
+            with open(f"/proc/{name}/environ", "rb") as fh:
+                if needle not in fh.read():
+                    continue
+        except OSError:
+            continue
+        if (proc := identify(int(name))) is not None:
+            found.add(proc)
+    return found
+
+
+def alive(proc: Proc) -> bool:
+    """Is `proc` still running (and still the same process)?"""
+    pid, start = proc
+    if _PROC_FS:
+        st = _stat(pid)
+        return st is not None and (start == 0 or st[1] == start)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def signal_proc(proc: Proc, sig: int) -> None:
+    """Send `sig` to `proc` if it is still the same process."""
+    if alive(proc):
+        try:
+            os.kill(proc[0], sig)
         except (ProcessLookupError, PermissionError):
             pass
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    try:  # a zombie is dead for our purpose
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
+def end_tree(root: subprocess.Popen, noted: set[Proc], marker: str | None = None,
+             grace_s: float = 3.0) -> int:
+    """SIGTERM `root`, wait up to `grace_s` for it and `noted`, then SIGKILL what is left.
 
-
-def _killpg(pgid: int, sig) -> None:
+    Returns how many processes needed SIGKILL. `noted` should already hold the workers seen
+    while they ran (the root may be gone before its children can be listed).
+    """
+    procs = set(noted)
+    if root.poll() is None:
+        procs |= descendants(root.pid)
+    if marker:
+        procs |= marked(marker)
+    if root.poll() is None:
+        root.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if root.poll() is not None and not any(alive(p) for p in procs):
+            break
+        time.sleep(0.05)
+    if marker:
+        procs |= marked(marker)
+    left = [p for p in procs if alive(p)]
+    for proc in left:
+        signal_proc(proc, signal.SIGKILL)
+    if root.poll() is None:
+        root.kill()
     try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
+        root.wait(timeout=5)
+    except subprocess.TimeoutExpired:
         pass
+    return len(left)
 
 
 def stop_tree(proc: subprocess.Popen, *, interrupt_first: bool = False,
-              grace: float = 3.0) -> list[int]:
-    """Stop `proc` (started with start_new_session=True) and all its descendants.
+              grace: float = 3.0) -> int:
+    """Stop `proc` and every process below it; returns how many needed SIGKILL.
 
-    interrupt_first: send SIGINT to `proc` first and wait up to `grace` seconds, so that a
-    Python child (pytest) prints where it was. Returns the pids that needed SIGKILL.
+    interrupt_first: SIGINT `proc` first and wait up to `grace` seconds, so that a Python child
+    (pytest) can print where it was before it is ended.
     """
-    noted = set(descendants(proc.pid)) if proc.poll() is None else set()
+    noted = descendants(proc.pid) if proc.poll() is None else set()
     if interrupt_first and proc.poll() is None:
-        _signal([proc.pid], signal.SIGINT)
+        proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=grace)
         except subprocess.TimeoutExpired:
             pass
-    if proc.poll() is None:
-        noted |= set(descendants(proc.pid))
-    _killpg(proc.pid, signal.SIGTERM)
-    _signal(noted, signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline and (proc.poll() is None
-                                           or any(_alive(p) for p in noted)):
-        time.sleep(0.05)
-    killed = [p for p in noted if _alive(p)] + ([proc.pid] if proc.poll() is None else [])
-    _killpg(proc.pid, signal.SIGKILL)
-    _signal(killed, signal.SIGKILL)
-    proc.wait()
-    return killed
+    return end_tree(proc, noted, grace_s=grace)

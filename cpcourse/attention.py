@@ -1,0 +1,288 @@
+"""Attention on one device: the float64 reference, the fastest fused kernel, and the lse merge.
+
+    python -m pytest tests/unit/test_attention.py -q
+
+Layout everywhere: q `[B, H, Lq, D]`, k `[B, H, Lk, D]`, v `[B, H, Lk, Dv]`, out `[B, H, Lq, Dv]`,
+and the log-sum-exp of each query's scores, lse `[B, H, Lq]`, in float32 (float64 when the inputs
+are float64, so that the reference stays exact). `lse` is what lets partial results over different
+key blocks be merged exactly (`merge_attention`), which is all a ring needs.
+
+Backends of `attention_with_lse`, in the order `auto` tries them:
+    flash-attn      CUDA, the flash-attn package when importable (fp16/bf16, head dim <= 256)
+    sdpa-flash      CUDA, torch's fused flash kernel that also returns the lse (fp16/bf16)
+    sdpa-efficient  CUDA, torch's memory-efficient kernel with compute_log_sumexp (fp32 too)
+    cpu-flash       CPU, the fused kernel SDPA itself runs on CPU, which returns the lse
+    torch           anywhere: plain matmul / logsumexp / matmul, chunked over queries
+`CPCOURSE_ATTN_BACKEND=name` states a preference (ignored when that backend cannot take the
+inputs); `backend=name` insists and raises `InputError` when it cannot.
+
+The teaching versions (v1 naive softmax ... v4 blockwise attention) live in
+`cpcourse.online_softmax` and are re-exported here.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import os
+
+import torch
+
+from cpcourse.errors import InputError, require
+from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versions)
+    accumulator_dtype,
+    attention_v4_blockwise,
+    softmax_v1_naive,
+    softmax_v2_safe,
+    softmax_v3_online,
+)
+
+BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "cpu-flash", "torch")
+_CPU_ORDER = ("cpu-flash", "torch")  # the CUDA kernels never take CPU tensors: skip asking
+ENV_BACKEND = "CPCOURSE_ATTN_BACKEND"
+
+# Tolerances against the float64 reference computed from the same (already rounded) inputs:
+# `|got - want| <= atol + rtol * |want|`, keys: input dtype -> {"out": (atol, rtol), "lse": ...}.
+# TOLERANCES: unit-variance entries, scaled logits of order 1-10. Worst errors measured over the
+# unit tests' shapes (L up to 3k, D 16..256, all CPU backends and v4) sit 4-10x below:
+# out 1.4e-6 (fp32), 4.3e-4 (fp16), 3.8e-3 (bf16); lse 7e-7 (fp32), 3e-5 (fp16 and bf16).
+TOLERANCES = {
+    torch.float64: {"out": (1e-10, 1e-10), "lse": (1e-10, 1e-10)},
+    torch.float32: {"out": (1e-5, 1e-5), "lse": (1e-5, 1e-6)},
+    torch.float16: {"out": (2e-3, 2e-3), "lse": (1e-4, 1e-5)},
+    torch.bfloat16: {"out": (2e-2, 2e-2), "lse": (1e-4, 1e-5)},
+}
+# Scaled logits up to 1e4 in magnitude: a logit M carries a rounding error of about M * 2^-24
+# even in float32 accumulation, which moves the weights of near-tied keys. Measured worst out
+# error 4.3e-3 (fp32), 3.5e-3 (fp16), 8.6e-3 (bf16); lse relative error below 1e-6.
+TOLERANCES_LARGE_LOGITS = {
+    torch.float64: TOLERANCES[torch.float64],
+    torch.float32: {"out": (2e-2, 2e-2), "lse": (1e-3, 5e-6)},
+    torch.float16: {"out": (2e-2, 2e-2), "lse": (1e-3, 5e-6)},
+    torch.bfloat16: {"out": (4e-2, 4e-2), "lse": (1e-3, 5e-6)},
+}
+
+# Plain-torch backend: bound the materialised score block to about this many elements.
+_TORCH_CHUNK_ELEMS = 1 << 24
+
+
+def _check_qkv(q, k, v) -> None:
+    """Raise InputError naming the first broken rule. Messages are built only on failure: this
+    runs on every call, and a ring makes thousands of small calls."""
+    rules = (
+        lambda: all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)),
+        lambda: q.shape[:2] == k.shape[:2] == v.shape[:2],
+        lambda: q.shape[-1] == k.shape[-1],
+        lambda: k.shape[2] == v.shape[2],
+        lambda: q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point,
+        lambda: q.device == k.device == v.device,
+    )
+    for i, ok in enumerate(rules):
+        if not ok():
+            raise InputError(_qkv_message(i, q, k, v))
+
+
+def _qkv_message(rule: int, q, k, v) -> str:
+    if rule == 0:
+        got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+               for t in (q, k, v)]
+        return f"q, k, v must be 4-d tensors [B, H, L, D], got shapes {got}"
+    return [
+        f"q, k, v must share [B, H]: got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, "
+        f"{tuple(v.shape[:2])}",
+        f"q and k need the same head dim D: got {q.shape[-1]} and {k.shape[-1]}",
+        f"k and v need the same number of keys: got {k.shape[2]} and {v.shape[2]}",
+        f"q, k, v must share one floating dtype: got {q.dtype}, {k.dtype}, {v.dtype}",
+        f"q, k, v must be on one device: got {q.device}, {k.device}, {v.device}",
+    ][rule - 1]
+
+
+def _scale(q, scale) -> float:
+    if scale is None:
+        return 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
+    return float(scale)
+
+
+def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _no_keys(q, v):
+    """Zero keys: nothing to average (out = 0), an empty sum (lse = -inf); zero queries: empty."""
+    out = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=v.dtype)
+    lse = torch.full(q.shape[:3], -math.inf, dtype=_lse_dtype(q.dtype), device=q.device)
+    return out, lse
+
+
+def reference_attention(q, k, v, scale=None):
+    """Materialised attention (scores `[B, H, Lq, Lk]`, softmax, weighted sum), for tests/teaching.
+
+    Computes in float64 for float64 inputs and in float32 otherwise; returns `(out, lse)` with
+    out `[B, H, Lq, Dv]` in the input dtype and lse `[B, H, Lq]` (float32, float64 for float64).
+    Memory: exactly one `Lq x Lk` score matrix per head (the softmax runs in place on it), the
+    wall the fused kernels remove; `cpcourse.memory` measures it against the cost model.
+    """
+    _check_qkv(q, k, v)
+    if k.shape[2] == 0 or q.shape[2] == 0:
+        return _no_keys(q, v)
+    acc = accumulator_dtype(q.dtype)
+    scores = q.to(acc) @ k.to(acc).transpose(-2, -1)
+    scores.mul_(_scale(q, scale))
+    row_max = scores.amax(dim=-1, keepdim=True)
+    scores.sub_(row_max).exp_()                    # in place: no second L x L matrix
+    row_sum = scores.sum(dim=-1, keepdim=True)
+    out = (scores @ v.to(acc)).div_(row_sum)
+    lse = (row_max + torch.log(row_sum)).squeeze(-1)
+    return out.to(q.dtype), lse.to(_lse_dtype(q.dtype))
+
+
+def _torch_attention(q, k, v, scale):
+    """Plain torch, chunked over queries so the score block stays near `_TORCH_CHUNK_ELEMS`."""
+    acc = accumulator_dtype(q.dtype)
+    b, h, lq, _ = q.shape
+    kt, va = k.to(acc).transpose(-2, -1), v.to(acc)
+    rows = max(1, _TORCH_CHUNK_ELEMS // max(1, b * h * k.shape[2]))
+    outs, lses = [], []
+    for start in range(0, lq, rows):
+        scores = (q[:, :, start:start + rows].to(acc) @ kt) * scale
+        lse = torch.logsumexp(scores, dim=-1)
+        outs.append((torch.exp(scores - lse.unsqueeze(-1)) @ va).to(q.dtype))
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2).to(_lse_dtype(q.dtype))
+
+
+# --- fused kernels: each adapter is the only place its private op's signature appears -----------
+
+def _cpu_flash(q, k, v, scale):
+    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
+        q, k, v, scale=scale)
+    return out, lse.to(_lse_dtype(q.dtype))
+
+
+def _sdpa_flash(q, k, v, scale):
+    res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False,
+                                                             scale=scale)
+    return res[0], res[1][..., : q.shape[2]].float()
+
+
+def _sdpa_efficient(q, k, v, scale):
+    res = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, scale=scale)
+    # The kernel pads lse's last dim up to a multiple of 32: keep the real queries only.
+    return res[0], res[1][..., : q.shape[2]].float()
+
+
+def _flash_attn(q, k, v, scale):
+    from flash_attn import flash_attn_func
+
+    # flash-attn wants [B, L, H, D]; transposes are views (it only needs a unit last stride).
+    res = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                          softmax_scale=scale, return_attn_probs=True)
+    return res[0].transpose(1, 2), res[1][..., : q.shape[2]].float()
+
+
+_KERNELS = {"flash-attn": _flash_attn, "sdpa-flash": _sdpa_flash,
+            "sdpa-efficient": _sdpa_efficient, "cpu-flash": _cpu_flash, "torch": _torch_attention}
+
+
+def _why_not(name: str, q, k, v) -> str | None:
+    """None when backend `name` takes these inputs, else the reason it does not."""
+    d, dv, half = q.shape[-1], v.shape[-1], (torch.float16, torch.bfloat16)
+    if name == "torch":
+        return None
+    if q.shape[2] == 0 or k.shape[2] == 0:
+        return "zero queries or keys (the fused kernels crash on empty sequences)"
+    if name == "cpu-flash":
+        if q.device.type != "cpu":
+            return f"it runs on CPU tensors, these are on {q.device}"
+        return None if d == dv else f"it needs v's head dim equal to q's ({dv} != {d})"
+    if q.device.type != "cuda":
+        return f"it runs on CUDA tensors, these are on {q.device}"
+    if name == "flash-attn" and importlib.util.find_spec("flash_attn") is None:
+        return "the flash_attn package is not installed"
+    if name in ("flash-attn", "sdpa-flash"):
+        if q.dtype not in half:
+            return f"it takes fp16/bf16, got {q.dtype}"
+        if max(d, dv) > 256 or d % 8 or dv % 8:
+            return f"it takes head dims <= 256 that are multiples of 8, got {d}/{dv}"
+        return None
+    if q.dtype == torch.float64:  # sdpa-efficient
+        return "it takes fp32/fp16/bf16, got float64"
+    if d % 8 or dv % 8:
+        return f"it needs head dims that are multiples of 8, got {d}/{dv}"
+    return None
+
+
+def attention_backend(q, k=None, v=None, backend=None) -> str:
+    """The backend `attention_with_lse(q, k, v, backend=backend)` runs; k, v default to q."""
+    k = q if k is None else k
+    v = k if v is None else v
+    if backend is not None:
+        require(backend in BACKENDS,
+                f"unknown attention backend {backend!r}: use one of {BACKENDS}")
+        reason = _why_not(backend, q, k, v)
+        if reason:
+            raise InputError(f"attention backend {backend!r} cannot run these inputs: {reason}; "
+                             "pass backend=None to choose automatically")
+        return backend
+    preferred = os.environ.get(ENV_BACKEND, "").strip()
+    if preferred:
+        require(preferred in BACKENDS,
+                f"{ENV_BACKEND}={preferred!r} is not a backend: use one of {BACKENDS}")
+        if _why_not(preferred, q, k, v) is None:
+            return preferred
+    candidates = _CPU_ORDER if q.device.type == "cpu" else BACKENDS
+    return next(name for name in candidates if _why_not(name, q, k, v) is None)
+
+
+def attention_with_lse(q, k, v, scale=None, backend=None):
+    """Attention and its log-sum-exp on the fastest backend that takes the inputs.
+
+    q `[B, H, Lq, D]`, k `[B, H, Lk, D]`, v `[B, H, Lk, Dv]` -> out `[B, H, Lq, Dv]` (input dtype),
+    lse `[B, H, Lq]` float32 (float64 for float64 inputs), where
+    `lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h, j]))` and `scale` defaults to
+    `1 / sqrt(D)`. Zero keys give out = 0 and lse = -inf (the identity of `merge_attention`).
+    """
+    _check_qkv(q, k, v)
+    scale = _scale(q, scale)
+    if k.shape[2] == 0 or q.shape[2] == 0:
+        return _no_keys(q, v)
+    name = attention_backend(q, k, v, backend)
+    try:
+        return _KERNELS[name](q, k, v, scale)
+    except RuntimeError:
+        # A CUDA kernel may still refuse a layout we did not predict; auto mode falls back to the
+        # next one that can run, a forced backend reports the failure as it is.
+        if backend is not None or name == "torch":
+            raise
+        rest = [b for b in BACKENDS[BACKENDS.index(name) + 1:] if _why_not(b, q, k, v) is None]
+        return _KERNELS[rest[0]](q, k, v, scale)
+
+
+def merge_attention(out_a, lse_a, out_b, lse_b):
+    """Merge two partial attentions over disjoint key sets into the attention over their union.
+
+    out_* `[B, H, L, Dv]`, lse_* `[B, H, L]` -> (out, lse) with
+    `lse = log(exp(lse_a) + exp(lse_b))` and
+    `out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b`.
+    Accumulates in float32 whatever the input dtype (float64 stays float64) and returns out and lse
+    in that accumulator dtype, so a chain of merges never rounds to bf16 in between: cast out once
+    at the end. A side that saw no keys (lse = -inf) contributes nothing, whatever its out holds;
+    both sides empty gives out = 0, lse = -inf, never NaN.
+    """
+    require(out_a.shape == out_b.shape,
+            f"out_a and out_b must have one shape, got {tuple(out_a.shape)} and "
+            f"{tuple(out_b.shape)}")
+    require(lse_a.shape == lse_b.shape == out_a.shape[:-1],
+            f"lse_a and lse_b must be out's shape without its last dim {tuple(out_a.shape[:-1])}, "
+            f"got {tuple(lse_a.shape)} and {tuple(lse_b.shape)}")
+    acc = accumulator_dtype(torch.promote_types(out_a.dtype, lse_a.dtype))
+    lse_a, lse_b = lse_a.to(acc), lse_b.to(acc)
+    lse = torch.logaddexp(lse_a, lse_b)
+    # Where both sides are empty lse is -inf; subtract 0 there so exp(-inf - 0) = 0, not NaN.
+    base = torch.where(torch.isneginf(lse), torch.zeros_like(lse), lse)
+    w_a = torch.exp(lse_a - base).unsqueeze(-1)
+    w_b = torch.exp(lse_b - base).unsqueeze(-1)
+    # 0 * NaN is NaN: an empty side's out may be anything, so mask it rather than weight it.
+    part_a = torch.where(w_a > 0, out_a.to(acc), 0.0)
+    part_b = torch.where(w_b > 0, out_b.to(acc), 0.0)
+    return w_a * part_a + w_b * part_b, lse

@@ -1,0 +1,214 @@
+"""Process-group helpers every CP function shares: a short-timeout init, shards, agreement checks.
+
+    cpcourse demo --nproc 2      # runs them under cpcourse.launch
+
+- `init()` starts the default process group (gloo on CPU, NCCL when every local rank has a GPU)
+  with a timeout of seconds, not gloo's 30 minutes, so a mismatched collective fails instead of
+  hanging. It is idempotent and is called for you by `cpcourse.launch` and `%%torchrun`.
+- `shard_sizes`, `shard`, `unshard`: the sequence split like `torch.tensor_split` (the first
+  `L % P` ranks hold one token more; ranks may hold zero tokens).
+- `agree(group, q=q, k=k, v=v)`: one cheap all-gather of shapes and dtypes so that inputs which
+  differ across ranks raise the same clear `InputError` on every rank, never a hang or SIGABRT.
+- `tracked(op, ...)`: records the communication a rank is in (a heartbeat file read by the
+  launcher), so a deadlock is reported as "rank 1 stuck in recv from rank 0", not a bare timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.errors import InputError, require
+
+ENV_TIMEOUT = "CPCOURSE_PG_TIMEOUT"  # seconds; set by cpcourse.launch
+ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # where the launcher looks for heartbeats and results
+ENV_BACKEND = "CPCOURSE_BACKEND"
+DEFAULT_TIMEOUT_S = 30.0
+
+# Codes for the metadata all-gather; anything else is sent as -1 (and reported by name locally).
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32)
+_MAX_DIMS = 6
+
+
+def default_backend() -> str:
+    """nccl when this node has a GPU for every local rank, else gloo."""
+    forced = os.environ.get(ENV_BACKEND, "").strip()
+    if forced:
+        return forced
+    local_world = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world:
+        return "nccl"
+    return "gloo"
+
+
+def init(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
+    """Initialise the default process group from torchrun's env vars; returns (rank, world).
+
+    Does nothing (but return rank and world) when a group already exists.
+    """
+    if dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    require("RANK" in os.environ and "WORLD_SIZE" in os.environ,
+            "no torchrun environment (RANK, WORLD_SIZE): start this code with "
+            "cpcourse.launch(...) or a %%torchrun cell")
+    backend = backend or default_backend()
+    timeout_s = float(timeout_s or os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S)
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
+    return dist.get_rank(), dist.get_world_size()
+
+
+def require_group(group=None, what: str = "this function") -> tuple[int, int]:
+    """(rank, world) in `group`, or an InputError when torch.distributed is not initialised."""
+    require(dist.is_available() and dist.is_initialized(),
+            f"{what} needs an initialised process group: run it under cpcourse.launch(...) or in "
+            "a %%torchrun cell (or call cpcourse.dist.init() in a torchrun script)")
+    return dist.get_rank(group), dist.get_world_size(group)
+
+
+def global_rank(group, group_rank: int) -> int:
+    """The global rank of `group_rank` in `group` (p2p calls take global ranks)."""
+    return group_rank if group is None else dist.get_global_rank(group, group_rank)
+
+
+def comm_device(group=None) -> torch.device:
+    """Where collective buffers must live: CUDA for NCCL, CPU for gloo."""
+    if dist.get_backend(group) == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
+
+
+# --- shards -------------------------------------------------------------------------------------
+
+def shard_sizes(length: int, world: int) -> list[int]:
+    """Tokens per rank when `length` tokens are split over `world` ranks like tensor_split."""
+    require(length >= 0 and world >= 1, f"need length >= 0 and world >= 1, got {length}, {world}")
+    base, extra = divmod(length, world)
+    return [base + (1 if r < extra else 0) for r in range(world)]
+
+
+def shard_offsets(sizes: list[int]) -> list[int]:
+    """Start of each rank's shard in the whole sequence (prefix sums of `sizes`)."""
+    offsets, total = [], 0
+    for s in sizes:
+        offsets.append(total)
+        total += s
+    return offsets
+
+
+def shard(x: torch.Tensor, rank: int, world: int, dim: int = 2) -> torch.Tensor:
+    """Rank `rank`'s contiguous shard of `x` along `dim` (`[B, H, L, D]` -> `[B, H, L_r, D]`)."""
+    return torch.tensor_split(x, world, dim=dim)[rank].contiguous()
+
+
+def unshard(shards: list[torch.Tensor], dim: int = 2) -> torch.Tensor:
+    """Concatenate per-rank shards back into the whole sequence (inverse of `shard`)."""
+    return torch.cat(list(shards), dim=dim)
+
+
+# --- agreement across ranks ---------------------------------------------------------------------
+
+def _encode(t: torch.Tensor) -> list[int]:
+    dims = list(t.shape) if t.dim() <= _MAX_DIMS else [-2] * _MAX_DIMS
+    code = _DTYPES.index(t.dtype) if t.dtype in _DTYPES else -1
+    return [t.dim(), code, *dims, *([-1] * (_MAX_DIMS - len(dims)))]
+
+
+def _describe(row: list[int]) -> str:
+    ndim, code, dims = row[0], row[1], row[2:2 + max(0, min(row[0], _MAX_DIMS))]
+    dtype = str(_DTYPES[code]).replace("torch.", "") if code >= 0 else "other dtype"
+    return f"{list(dims)} {dtype}" if ndim <= _MAX_DIMS else f"{ndim}-d {dtype}"
+
+
+def agree(group=None, seq_dim: int = 2, **tensors: torch.Tensor) -> dict[str, list[tuple]]:
+    """Check that every rank passes tensors of one dtype and shape except along `seq_dim`.
+
+    One all-gather of a few int64 per tensor. Returns {name: [shape on rank 0, rank 1, ...]}, so
+    callers learn every rank's shard length. Raises the same InputError on every rank when the
+    ranks disagree (the alternative is a hang or a gloo abort deep inside the first collective).
+    """
+    rank, world = require_group(group, "this collective")
+    names = list(tensors)
+    local = [x for name in names for x in _encode(tensors[name])]
+    width = len(local)
+    mine = torch.tensor(local, dtype=torch.int64, device=comm_device(group))
+    gathered = torch.empty(world * width, dtype=torch.int64, device=mine.device)
+    with tracked("all_gather (shape/dtype agreement)", group=group):
+        all_gather_single(gathered, mine, group=group)
+    rows = gathered.view(world, width).tolist()
+    n = width // len(names)
+    result: dict[str, list[tuple]] = {}
+    for i, name in enumerate(names):
+        per_rank = [row[i * n:(i + 1) * n] for row in rows]
+        ref = per_rank[0]
+        for r, row in enumerate(per_rank):
+            same = row[:2] == ref[:2] and all(
+                a == b for d, (a, b) in enumerate(zip(row[2:], ref[2:], strict=True))
+                if d != seq_dim)
+            if not same:
+                raise InputError(
+                    f"{name} differs across ranks: rank 0 has {_describe(ref)}, rank {r} has "
+                    f"{_describe(row)}; every rank must pass the same dtype and shape except "
+                    f"the sequence dim {seq_dim} (this is rank {rank})")
+        result[name] = [tuple(row[2:2 + row[0]]) for row in per_rank]
+    return result
+
+
+def all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group=None) -> None:
+    """Gather equal-sized `tensor`s of every rank into `output` (rank-major), across torch versions.
+
+    torch 2.13 renamed all_gather_into_tensor to all_gather_single (the old name warns).
+    """
+    fn = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+    fn(output.view(-1), tensor.reshape(-1), group=group)  # flat: dim 0 then splits by rank
+
+
+# --- heartbeat: which communication call each rank is in ----------------------------------------
+
+class _Heartbeat:
+    """One small file per rank, rewritten on entry to and exit from each tracked call."""
+
+    def __init__(self):
+        self.fd = None
+        self.pid = None
+        self.current: dict = {}
+
+    def write(self, record: dict) -> None:
+        self.current = record
+        run_dir = os.environ.get(ENV_RUN_DIR)
+        if not run_dir:
+            return
+        if self.fd is None or self.pid != os.getpid():
+            rank = os.environ.get("RANK", "0")
+            path = os.path.join(run_dir, f"rank{rank}.op")
+            self.fd, self.pid = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), os.getpid()
+        data = json.dumps(record).encode()
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, data, 0)
+
+
+_HEARTBEAT = _Heartbeat()
+
+
+@contextlib.contextmanager
+def tracked(op: str, group=None, **details):
+    """Record that this rank is inside communication call `op` until the block exits.
+
+    `details` (peer ranks, ring step, bytes) are shown by the launcher if the call never returns.
+    """
+    label = op + (" (" + ", ".join(f"{k}={v}" for k, v in details.items()) + ")"
+                  if details else "")
+    _HEARTBEAT.write({"op": label, "since": time.time()})
+    try:
+        yield
+    except BaseException:
+        _HEARTBEAT.write({"op": None, "failed_in": label, "since": time.time()})
+        raise
+    _HEARTBEAT.write({"op": None, "last": label, "since": time.time()})

@@ -1,0 +1,178 @@
+"""Ring attention over torch.distributed: local shards in, local output out.
+
+    python -m cpcourse.cli demo --nproc 4           # runs it on 4 local processes and checks it
+
+Each rank holds a contiguous shard of the sequence, q `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`
+(split like `torch.tensor_split`, so shard lengths may differ by one and some ranks may hold no
+tokens at all). At ring step s, rank r holds the K/V block of rank (r - s) mod P: it attends its
+queries to that block (`attention_with_lse`), folds the partial result into its running output
+with `merge_attention`, and passes the block on to rank r + 1 while receiving the next one from
+rank r - 1. After P steps every query has seen every key; the output never leaves its rank.
+
+Modes (all give the same result up to rounding):
+    "overlap"   the next K/V block is in flight (isend/irecv) while the current one is computed,
+                with two receive buffers used in turn; on GPU NCCL moves it on its own stream
+    "blocking"  compute, then exchange: the communication time adds up in full
+    "allgather" all-gather every K/V shard up front (padded to the longest shard), then one
+                attention call over the whole sequence: Llama 3's choice, P x the K/V memory
+Before any transfer the ranks all-gather their shapes and dtypes (`cpcourse.dist.agree`), so
+inputs that disagree raise the same InputError on every rank instead of hanging.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.attention import attention_with_lse, merge_attention
+from cpcourse.dist import agree, all_gather_single, global_rank, require_group, tracked
+from cpcourse.errors import require
+
+MODES = ("overlap", "blocking", "allgather")
+
+
+def _check(q, k, v, shapes: dict, mode: str) -> list[int]:
+    """Checks that give the same answer on every rank (after `agree`); returns K/V lengths."""
+    require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
+    require(q.dim() == 4, f"q, k, v must be [B, H, L, D] shards, got q of shape {tuple(q.shape)}")
+    require(k.dtype == q.dtype and v.dtype == q.dtype and q.dtype.is_floating_point,
+            f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    require(q.shape[:2] == k.shape[:2] and q.shape[3] == k.shape[3],
+            f"q and k must share B, H and D: got {tuple(q.shape)} and {tuple(k.shape)}")
+    kv_lens = [s[2] for s in shapes["k"]]
+    require(kv_lens == [s[2] for s in shapes["v"]] and k.shape[3] == v.shape[3],
+            f"k and v must have the same shape on every rank: k lengths {kv_lens}, v lengths "
+            f"{[s[2] for s in shapes['v']]}, head dims {k.shape[3]} and {v.shape[3]}")
+    return kv_lens
+
+
+def _sync(t: torch.Tensor) -> None:
+    if t.is_cuda:  # timings must include the queued kernels
+        torch.cuda.synchronize(t.device)
+
+
+def _exchange(send, recv, dst: int, src: int, group, step: int) -> list:
+    """Start sending `send` to `dst` and receiving into `recv` from `src`; returns the requests.
+
+    Empty blocks are skipped on both sides (both know every shard length).
+    """
+    ops = []
+    if send.numel():
+        ops.append(dist.P2POp(dist.isend, send, dst, group))
+    if recv.numel():
+        ops.append(dist.P2POp(dist.irecv, recv, src, group))
+    if not ops:
+        return []
+    with tracked("batch_isend_irecv", group=group, ring_step=step, send_to=dst, recv_from=src):
+        return dist.batch_isend_irecv(ops)
+
+
+def _wait(reqs: list, step: int, dst: int, src: int) -> None:
+    if reqs:
+        with tracked("wait for K/V block", ring_step=step, send_to=dst, recv_from=src):
+            for req in reqs:
+                req.wait()
+
+
+def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
+    """The ring proper: P steps, K and V packed `[2, B, H, L, D]` so each hop is one message."""
+    b, h, _, d = q.shape
+    dst = global_rank(group, (rank + 1) % world)
+    src = global_rank(group, (rank - 1) % world)
+    # Two flat buffers used in turn: step s receives into bufs[s % 2] while it computes on the
+    # other. The local block starts in bufs[1]; its send is complete before step 1 reuses it.
+    # So a rank holds two K/V blocks, never P of them.
+    size = 2 * b * h * max(kv_lens) * d
+    bufs = [k.new_empty(size), k.new_empty(size)]
+    cur = bufs[1][: 2 * k.numel()].view(2, *k.shape)
+    cur[0].copy_(k)
+    cur[1].copy_(v)
+    out = lse = None
+    for step in range(world):
+        block = (rank - step) % world  # whose K/V this rank holds now
+        t0 = time.perf_counter()
+        reqs, nxt = [], None
+        if step < world - 1:
+            n = kv_lens[(block - 1) % world]
+            nxt = bufs[step % 2][: 2 * b * h * n * d].view(2, b, h, n, d)
+            if overlap:
+                reqs = _exchange(cur, nxt, dst, src, group, step)
+        t1 = time.perf_counter()
+        o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
+        out, lse = (o, l_) if out is None else merge_attention(out, lse, o, l_)
+        if stats is not None:
+            _sync(q)
+        t2 = time.perf_counter()
+        if nxt is not None and not overlap:
+            reqs = _exchange(cur, nxt, dst, src, group, step)
+        _wait(reqs, step, dst, src)
+        if stats is not None:
+            _sync(q)
+            elem = q.element_size()
+            stats.append({
+                "step": step, "rank": rank, "kv_block": block, "q_tokens": q.shape[2],
+                "kv_tokens": cur.shape[3], "compute_s": t2 - t1,
+                "comm_s": (t1 - t0) + (time.perf_counter() - t2),
+                "bytes_sent": cur.numel() * elem if nxt is not None else 0,
+                "bytes_recv": nxt.numel() * elem if nxt is not None else 0})
+        if nxt is not None:
+            cur = nxt
+    return out
+
+
+def _allgather(q, k, v, kv_lens, rank, world, group, scale, stats):
+    """All-gather K/V (padded to the longest shard: gloo cannot gather uneven sizes), one call."""
+    b, h, _, d = q.shape
+    longest = max(kv_lens)
+    t0 = time.perf_counter()
+    padded = k.new_zeros(2, b, h, longest, d)
+    padded[0, :, :, : k.shape[2]] = k
+    padded[1, :, :, : v.shape[2]] = v
+    gathered = k.new_empty(world, 2, b, h, longest, d)
+    with tracked("all_gather (K/V)", group=group):
+        all_gather_single(gathered, padded, group=group)
+    full = torch.cat([gathered[r, :, :, :, : kv_lens[r]] for r in range(world)], dim=3)
+    block_bytes = padded.numel() * padded.element_size()
+    del gathered, padded
+    if stats is not None:
+        _sync(q)
+    t1 = time.perf_counter()
+    out, _ = attention_with_lse(q, full[0], full[1], scale=scale)
+    if stats is not None:
+        _sync(q)
+        stats.append({"step": 0, "rank": rank, "kv_block": -1, "q_tokens": q.shape[2],
+                      "kv_tokens": full.shape[3], "compute_s": time.perf_counter() - t1,
+                      "comm_s": t1 - t0, "bytes_sent": (world - 1) * block_bytes,
+                      "bytes_recv": (world - 1) * block_bytes})
+    return out
+
+
+def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None):
+    """Attention of this rank's queries over the whole (sharded) sequence's keys and values.
+
+    q `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`: this rank's contiguous shards (tensor_split
+    order; lengths may differ across ranks, and be 0). Returns out `[B, H, Lq_r, D]` in q's dtype,
+    equal to rows of `softmax(q_all k_all^T * scale) v_all`. scale defaults to 1/sqrt(D).
+    mode: "overlap" | "blocking" | "allgather" (see the module docstring). Pass a list as `stats`
+    to get one record per ring step: kv_block, tokens, compute_s, comm_s (time spent in
+    communication calls: the exposed part when overlapped), bytes_sent, bytes_recv.
+    Must be called by every rank of `group` (default: the whole world).
+    """
+    rank, world = require_group(group, "ring_attention")
+    shapes = agree(group, q=q, k=k, v=v)
+    kv_lens = _check(q, k, v, shapes, mode)
+    if world == 1 or mode == "allgather":
+        if world == 1:
+            t0 = time.perf_counter()
+            out, _ = attention_with_lse(q, k, v, scale=scale)
+            if stats is not None:
+                _sync(q)
+                stats.append({"step": 0, "rank": 0, "kv_block": 0, "q_tokens": q.shape[2],
+                              "kv_tokens": k.shape[2], "compute_s": time.perf_counter() - t0,
+                              "comm_s": 0.0, "bytes_sent": 0, "bytes_recv": 0})
+            return out
+        return _allgather(q, k, v, kv_lens, rank, world, group, scale, stats)
+    out = _ring(q, k, v, kv_lens, rank, world, group, scale, mode == "overlap", stats)
+    return out.to(q.dtype)

@@ -1,0 +1,276 @@
+"""Video attention under context parallelism: the T split, factored spatial/temporal CP, full 3D.
+
+    python -m pytest tests/unit/test_video.py tests/dist/test_video_cp.py -q
+
+Layout: q, k, v `[B, H, T, S, D]`: T latent frames, S = h * w tokens per frame, in (t, h, w)
+order, so flattening (T, S) gives the `[B, H, L, D]` sequence of `cpcourse.attention` and a
+contiguous shard of that sequence is a run of frames. Under CP each rank holds the frames
+`torch.tensor_split(range(T), P)[rank]` (the first `T % P` ranks hold one frame more; a rank may
+hold none when T < P).
+
+- `spatial_attention`: attention within each frame. Under a T split every frame is whole on
+  its rank, so it needs no communication at all.
+- `temporal_attention_cp(..., method=)`: attention across frames at each spatial position.
+  `"all_to_all"` re-shards time split -> space split (each rank gets all T frames for ~S/P
+  positions), attends locally, and re-shards back: each token crosses the wire once each way.
+  `"ring"` keeps the T split and runs `cpcourse.ring.ring_attention` over time with the S
+  positions folded into the batch (`[B*S, H, T_local, D]`): every rank's K/V visits every rank.
+- `full_attention_cp(..., method=)`: attention over all T*S tokens (Cosmos, Wan, HunyuanVideo):
+  the ring or Ulysses on the flattened local frames `[B, H, T_local*S, D]`.
+- `joint_attention_cp`: full 3D attention plus text tokens that every rank holds whole. The text
+  K/V must enter the softmax once: only the last rank adds them to its ring block.
+
+Bytes each rank sends: measure with `cpcourse.bytecount.count_bytes()`, predict with
+`cpcourse.video_costs`; they agree exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.attention import attention_with_lse
+from cpcourse.dist import (
+    agree,
+    all_gather_single,
+    comm_device,
+    require_group,
+    shard_offsets,
+    shard_sizes,
+    tracked,
+)
+from cpcourse.errors import require
+
+TEMPORAL_METHODS = ("all_to_all", "ring")
+FULL_METHODS = ("ring", "ulysses")
+
+
+def _check_video(q, k, v) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require(isinstance(t, torch.Tensor) and t.dim() == 5,
+                f"{name} must be a 5-d video tensor [B, H, T, S, D], got "
+                f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    require(q.shape == k.shape and q.shape[:-1] == v.shape[:-1],
+            f"q, k, v must share [B, H, T, S] (and q, k the head dim): got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}")
+
+
+# --- layouts: folding one video axis into the batch --------------------------------------------
+
+def frames_to_batch(x: torch.Tensor) -> torch.Tensor:
+    """`[B, H, T, S, D]` -> `[B*T, H, S, D]`: each frame is one attention problem over S."""
+    b, h, t, s, d = x.shape
+    return x.permute(0, 2, 1, 3, 4).reshape(b * t, h, s, d)
+
+
+def batch_to_frames(x: torch.Tensor, b: int, t: int) -> torch.Tensor:
+    """Inverse of `frames_to_batch`: `[B*T, H, S, D]` -> `[B, H, T, S, D]`."""
+    _, h, s, d = x.shape
+    return x.reshape(b, t, h, s, d).permute(0, 2, 1, 3, 4)
+
+
+def positions_to_batch(x: torch.Tensor) -> torch.Tensor:
+    """`[B, H, T, S, D]` -> `[B*S, H, T, D]`: each spatial position is one problem over T."""
+    b, h, t, s, d = x.shape
+    return x.permute(0, 3, 1, 2, 4).reshape(b * s, h, t, d)
+
+
+def batch_to_positions(x: torch.Tensor, b: int, s: int) -> torch.Tensor:
+    """Inverse of `positions_to_batch`: `[B*S, H, T, D]` -> `[B, H, T, S, D]`."""
+    _, h, t, d = x.shape
+    return x.reshape(b, s, h, t, d).permute(0, 2, 3, 1, 4)
+
+
+def flatten_video(x: torch.Tensor) -> torch.Tensor:
+    """`[B, H, T, S, D]` -> `[B, H, T*S, D]` in (t, s) order: the sequence of a full-3D model."""
+    b, h, t, s, d = x.shape
+    return x.reshape(b, h, t * s, d)
+
+
+# --- sharding along T --------------------------------------------------------------------------
+
+def frame_shard(x: torch.Tensor, rank: int, world: int) -> torch.Tensor:
+    """Rank `rank`'s frames of a whole video `[B, H, T, S, D]` -> `[B, H, T_r, S, D]`."""
+    return torch.tensor_split(x, world, dim=2)[rank].contiguous()
+
+
+def frame_offset(frames: int, rank: int, world: int) -> int:
+    """Global index of rank `rank`'s first frame (what its rotary positions start from)."""
+    return shard_offsets(shard_sizes(frames, world))[rank]
+
+
+def gather_frames(x: torch.Tensor, group=None) -> torch.Tensor:
+    """All ranks' frames `[B, H, T_r, S, D]` -> the whole video `[B, H, T, S, D]` on every rank.
+
+    T_r may differ by one across ranks (and be 0): gloo cannot all-gather unequal sizes, so each
+    rank pads its frames to the largest shard, all-gathers, and drops the padding.
+    """
+    _, world = require_group(group, "gather_frames")
+    sizes = [s[2] for s in agree(group, seq_dim=2, x=x)["x"]]
+    most = max(sizes)
+    pad = x.new_zeros(*x.shape[:2], most, *x.shape[3:])
+    pad[:, :, :x.shape[2]] = x
+    buf = torch.empty(world * pad.shape[0], *pad.shape[1:], dtype=x.dtype,
+                      device=comm_device(group))  # the ranks' shards stacked along dim 0
+    with tracked("all_gather (gather_frames)", group=group):
+        all_gather_single(buf, pad.to(buf.device), group=group)
+    buf = buf.view(world, *pad.shape)
+    return torch.cat([buf[r, :, :, :n] for r, n in enumerate(sizes)], dim=2).to(x.device)
+
+
+# --- one-process references ----------------------------------------------------------------------
+
+def spatial_attention(q, k, v, scale=None) -> torch.Tensor:
+    """Attention among the S tokens of each frame: `[B, H, T, S, D]` -> `[B, H, T, S, D]`.
+
+    Under a T split this is the whole story: every frame is on one rank, no communication.
+    """
+    _check_video(q, k, v)
+    b, _, t, _, _ = q.shape
+    out, _ = attention_with_lse(frames_to_batch(q), frames_to_batch(k), frames_to_batch(v),
+                                scale=scale)
+    return batch_to_frames(out, b, t)
+
+
+def temporal_attention(q, k, v, scale=None) -> torch.Tensor:
+    """Attention across the T frames at each spatial position (one process, whole video)."""
+    _check_video(q, k, v)
+    b, _, _, s, _ = q.shape
+    out, _ = attention_with_lse(positions_to_batch(q), positions_to_batch(k),
+                                positions_to_batch(v), scale=scale)
+    return batch_to_positions(out, b, s)
+
+
+def full_attention(q, k, v, scale=None) -> torch.Tensor:
+    """Attention over all T*S tokens (one process, whole video): `[B, H, T, S, D]` out."""
+    _check_video(q, k, v)
+    out, _ = attention_with_lse(flatten_video(q), flatten_video(k), flatten_video(v), scale=scale)
+    return out.reshape(q.shape[:-1] + (v.shape[-1],))
+
+
+# --- temporal attention under a T split ----------------------------------------------------------
+
+def time_to_space(x: torch.Tensor, t_sizes: list[int], group=None,
+                  keep: list | None = None) -> torch.Tensor:
+    """Re-shard `[..., T_r, S, D]` (my frames, all positions) -> `[..., T, S_r, D]` (all frames,
+    my positions). Positions split like tensor_split(S, P); one all_to_all_single.
+
+    Leading dims (e.g. a stacked q/k/v) ride along. Bytes sent: everything but my own slot.
+    `keep`: a list that receives the send and receive buffers, so that the caller frees them at
+    a known point (gloo's worker thread drops its own reference to them at a time of its
+    choosing, which would make the measured peak memory vary from run to run).
+    """
+    rank, world = require_group(group, "time_to_space")
+    lead, s, d = x.shape[:-3], x.shape[-2], x.shape[-1]
+    s_sizes = shard_sizes(s, world)
+    chunks = torch.tensor_split(x, world, dim=-2)
+    send = torch.cat([c.reshape(-1) for c in chunks]).to(comm_device(group))
+    recv_counts = [lead.numel() * t_sizes[src] * s_sizes[rank] * d for src in range(world)]
+    recv = send.new_empty(sum(recv_counts))
+    with tracked("all_to_all (time -> space)", group=group):
+        dist.all_to_all_single(recv, send, recv_counts, [c.numel() for c in chunks], group=group)
+    if keep is not None:
+        keep += [send, recv]
+    parts = torch.split(recv, recv_counts)
+    return torch.cat([p.view(*lead, t_sizes[src], s_sizes[rank], d)
+                      for src, p in enumerate(parts)], dim=-3).to(x.device)
+
+
+def space_to_time(x: torch.Tensor, t_sizes: list[int], s_total: int, group=None) -> torch.Tensor:
+    """Inverse of `time_to_space`: `[..., T, S_r, D]` -> `[..., T_r, S, D]`."""
+    rank, world = require_group(group, "space_to_time")
+    lead, d = x.shape[:-3], x.shape[-1]
+    s_sizes = shard_sizes(s_total, world)
+    chunks = torch.split(x, t_sizes, dim=-3)
+    send = torch.cat([c.reshape(-1) for c in chunks]).to(comm_device(group))
+    recv_counts = [lead.numel() * t_sizes[rank] * s_sizes[src] * d for src in range(world)]
+    recv = send.new_empty(sum(recv_counts))
+    with tracked("all_to_all (space -> time)", group=group):
+        dist.all_to_all_single(recv, send, recv_counts, [c.numel() for c in chunks], group=group)
+    parts = torch.split(recv, recv_counts)
+    return torch.cat([p.view(*lead, t_sizes[rank], s_sizes[src], d)
+                      for src, p in enumerate(parts)], dim=-2).to(x.device)
+
+
+def temporal_attention_cp(q, k, v, group=None, method: str = "all_to_all", scale=None):
+    """Temporal attention of a T-sharded video: local `[B, H, T_r, S, D]` in, same shape out.
+
+    Equals `frame_shard(temporal_attention(whole q, k, v), rank, P)`. `all_to_all` sends each
+    rank's q, k, v once (time -> space) and the output once back; `ring` passes K/V blocks
+    around the ring P - 1 times. T < P is fine for both (ranks without frames still take part).
+    """
+    require(method in TEMPORAL_METHODS,
+            f"method must be one of {TEMPORAL_METHODS}, got {method!r}")
+    _check_video(q, k, v)
+    _, world = require_group(group, "temporal_attention_cp")
+    t_sizes = [s[2] for s in agree(group, seq_dim=2, q=q, k=k, v=v)["q"]]
+    b, _, _, s, _ = q.shape
+    if method == "ring":
+        from cpcourse.ring import ring_attention
+
+        out = ring_attention(positions_to_batch(q), positions_to_batch(k), positions_to_batch(v),
+                             group=group, scale=scale)
+        return batch_to_positions(out, b, s).contiguous()
+    require(q.shape[-1] == v.shape[-1], "the all_to_all path needs v's head dim equal to q's")
+    buffers: list = []  # held until the attention is done: a fixed, predictable peak
+    qkv = time_to_space(torch.stack([q, k, v]), t_sizes, group, keep=buffers)  # [3,B,H,T,S_r,D]
+    out = temporal_attention(qkv[0], qkv[1], qkv[2], scale=scale)
+    del qkv, buffers
+    return space_to_time(out.contiguous(), t_sizes, s, group).contiguous()
+
+
+# --- full 3D attention --------------------------------------------------------------------------
+
+def full_attention_cp(q, k, v, group=None, method: str = "ring", scale=None):
+    """Full 3D attention of a T-sharded video: local `[B, H, T_r, S, D]` in, same shape out.
+
+    The local frames flatten to a contiguous run `[B, H, T_r*S, D]` of the global sequence, so
+    the sequence-parallel attention of `cpcourse.ring` or `cpcourse.ulysses` applies as is.
+    Equals `frame_shard(full_attention(whole q, k, v), rank, P)`.
+    """
+    require(method in FULL_METHODS, f"method must be one of {FULL_METHODS}, got {method!r}")
+    _check_video(q, k, v)
+    require_group(group, "full_attention_cp")
+    if method == "ring":
+        from cpcourse.ring import ring_attention as attend
+    else:
+        from cpcourse.ulysses import ulysses_attention as attend
+    out = attend(flatten_video(q), flatten_video(k), flatten_video(v), group=group, scale=scale)
+    return out.reshape(q.shape[:-1] + (v.shape[-1],))
+
+
+# --- joint attention with replicated text tokens -------------------------------------------------
+
+def joint_attention(q, k, v, text_q, text_k, text_v, scale=None):
+    """One process: video `[B, H, T, S, D]` and text `[B, H, N, D]` attend jointly.
+
+    Returns (video out `[B, H, T, S, D]`, text out `[B, H, N, D]`): softmax over T*S + N keys.
+    """
+    _check_video(q, k, v)
+    seq = lambda a, t: torch.cat([flatten_video(a), t], dim=2)  # noqa: E731
+    out, _ = attention_with_lse(seq(q, text_q), seq(k, text_k), seq(v, text_v), scale=scale)
+    n_video = q.shape[2] * q.shape[3]
+    return out[:, :, :n_video].reshape(q.shape[:-1] + (v.shape[-1],)), out[:, :, n_video:]
+
+
+def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None, scale=None):
+    """Joint video+text attention under a T split, text replicated on every rank.
+
+    Every rank appends the text queries to its own (each rank then computes the text rows in
+    full), but only the LAST rank appends the text keys/values to its ring block: the ring shows
+    every block to every rank, so text K/V appended everywhere would be counted P times in each
+    softmax (sglang#33327: silent corruption). Returns (local video out, text out).
+    """
+    _check_video(q, k, v)
+    rank, world = require_group(group, "joint_attention_cp")
+    from cpcourse.ring import ring_attention
+
+    mine = rank == world - 1
+    empty = text_k[:, :, :0]
+    kk = torch.cat([flatten_video(k), text_k if mine else empty], dim=2)
+    vv = torch.cat([flatten_video(v), text_v if mine else text_v[:, :, :0]], dim=2)
+    qq = torch.cat([flatten_video(q), text_q], dim=2)
+    out = ring_attention(qq, kk, vv, group=group, scale=scale)
+    n_video = q.shape[2] * q.shape[3]
+    return out[:, :, :n_video].reshape(q.shape[:-1] + (v.shape[-1],)), out[:, :, n_video:]
+

@@ -1,0 +1,81 @@
+# Yours to edit. Generated from solutions/ex02_online_softmax.py by tools/make_exercises.py
+# stub-sha256: 6acd6ba0af453416 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 02, the online softmax and the merge: attention one block at a time.
+
+    python -m pytest tests/graded --ex 02.1 --impl exercises   # 02.1, 02.2, 02.3
+
+Check your answer in a notebook with `cpcourse.check("02.1")`, or from a shell with
+`cpcourse grade`. The library's own versions live in `cpcourse.online_softmax`
+(`online_softmax_stats`, `attention_v4_blockwise`) and `cpcourse.attention.merge_attention`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+import torch
+
+
+def online_softmax_stats(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """The softmax normaliser of a row seen ONCE, block by block: its max and its sum.
+
+    blocks: an iterable (it may be a generator you can only walk once) of tensors [..., n_i],
+    consecutive column blocks of a row x = cat(blocks, dim=-1); every block has the same leading
+    shape [...] and at least one column. Returns (m, s), each [...], in float32 (float64 for
+    float64 blocks):
+        m = max_j x[..., j]        s = sum_j exp(x[..., j] - m)
+    so that softmax(x) = exp(x - m) / s and logsumexp(x) = m + log(s).
+    Keep a running max and a running sum; when a block raises the max from m_old to m_new, the
+    sum so far was relative to m_old: multiply it by exp(m_old - m_new) before adding the block.
+    """
+    # Exercise 02.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 02.1 online_softmax_stats: read notebook 02, \"The online softmax\". "
+        "Hint: start m = -inf, s = 0; per block: m_new = max(m, block.amax(-1)); s = "
+        "s * exp(m - m_new) + exp(block - m_new[..., None]).sum(-1); m = m_new"
+    )
+
+
+def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block_size: int,
+                        scale: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention over K/V in blocks of `block_size` keys, holding one [Lq, block] tile at a time.
+
+    q: [B, H, Lq, D], k: [B, H, Lk, D], v: [B, H, Lk, Dv] -> (out [B, H, Lq, Dv] in q's dtype,
+    lse [B, H, Lq] float32, float64 for float64 inputs); scale defaults to 1 / sqrt(D).
+    Per query row keep, in float32 (float64 for float64 inputs): the running max m, the running
+    sum l = sum exp(s - m) and the running acc = sum exp(s - m) * v over the keys seen so far.
+    For each block: scores s = q @ k_blk^T * scale; m_new = max(m, rowmax(s)); rescale l and acc
+    by exp(m - m_new); add this block's exp(s - m_new) terms. At the end out = acc / l and
+    lse = m + log(l). Never build the full [Lq, Lk] score matrix (a test measures memory).
+    Lk = 0 (no keys) returns out = 0 and lse = -inf.
+    """
+    # Exercise 02.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 02.2 blockwise_attention: read notebook 02, \"Blockwise attention\". "
+        "Hint: loop start in range(0, Lk, block_size); correction = exp(m - m_new) (0 "
+        "on the first block); acc = acc * correction[..., None] + p @ v_blk; l = l * "
+        "correction + p.sum(-1)"
+    )
+
+
+def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor,
+                   lse_b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Merge attention over key set A and over key set B into attention over A and B together.
+
+    out_a, out_b: [B, H, L, Dv]; lse_a, lse_b: [B, H, L] -> (out [B, H, L, Dv], lse [B, H, L]):
+        lse = log(exp(lse_a) + exp(lse_b))
+        out = exp(lse_a - lse) * out_a + exp(lse_b - lse) * out_b
+    Work and return in float32 whatever the inputs (float64 stays float64): a ring merges many
+    times and must not round to bf16 in between. Never compute exp(lse) itself (lse can be 1e4).
+    A side that saw no keys has lse = -inf: it must contribute nothing, even if its out holds
+    NaN; when both sides are -inf, return out = 0 and lse = -inf, never NaN.
+    """
+    # Exercise 02.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 02.3 merge_partials: read notebook 02, \"Merging two partial "
+        "results\". Hint: lse = torch.logaddexp(lse_a, lse_b); where lse is -inf use 0 "
+        "in the exponents; zero out a side whose weight exp(lse_x - lse) is 0 with "
+        "torch.where before multiplying"
+    )

@@ -1,0 +1,113 @@
+# Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
+# stub-sha256: c98c5765a750c391 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 06, video tokens and temporal CP: split a video along time.
+
+    python -m pytest tests/graded --ex 06.1 --impl exercises
+
+Layout: a video's q/k/v is `[B, H, T, S, D]` (T latent frames, S = h * w tokens per frame).
+Under CP each rank holds a contiguous run of frames, split like `torch.tensor_split` (the first
+T % P ranks hold one frame more; some ranks hold none when T < P). The library's versions are in
+`cpcourse.video`; check yours in the notebook with `cpcourse.check("06.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.dist import agree, all_gather_single, require_group, shard_sizes
+from cpcourse.ring import ring_attention
+
+
+def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:
+    """Rank `rank`'s frames of a whole video and the global index of its first frame.
+
+    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int), with
+    T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
+    ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
+    """
+    # Exercise 06.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 06.1 shard_frames: read notebook 06, \"Splitting a video along "
+        "time\". Hint: base, extra = divmod(T, world); ranks below `extra` hold base + "
+        "1 frames; slice dim 2 from the offset"
+    )
+
+
+def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
+    """Every rank's frames `[B, H, T_r, S, D]` -> the whole video `[B, H, T, S, D]` on every rank.
+
+    Shards may differ by one frame (and be empty), and gloo's all-gather needs equal sizes: pad
+    each shard to the largest with zeros, `cpcourse.dist.all_gather_single` into a
+    `[world * B, H, T_max, S, D]` buffer (gloo stacks the ranks along dim 0; view it as
+    `[world, B, H, T_max, S, D]`), then keep each rank's first T_r frames.
+    `cpcourse.dist.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
+    """
+    # Exercise 06.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 06.2 gather_frames: read notebook 06, \"Gathering the frames back\". "
+        "Hint: sizes from agree(); pad to max(sizes) along dim 2, "
+        "all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]"
+    )
+
+
+def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
+    """The temporal all-to-all: re-shard from a time split to a space split.
+
+    x: this rank's frames, all positions `[B, H, T_r, S, D]` (T = `frames` split over the group
+    like tensor_split). Returns all frames for this rank's positions `[B, H, T, S_r, D]`, the
+    positions split like `torch.tensor_split(S, world)`. Cut x into `world` chunks along S,
+    send chunk j to rank j with one `dist.all_to_all_single` (flatten the chunks into one 1-D
+    tensor; split sizes in elements), and put the received pieces in frame order.
+    """
+    # Exercise 06.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 06.3 time_to_space: read notebook 06, \"The temporal all-to-all\". "
+        "Hint: send sizes are the chunk numels; from rank src you receive "
+        "B*H*T_src*S_mine*D elements; cat those on dim 2"
+    )
+
+
+def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
+    """Full 3D attention of a T-sharded video with the ring: `[B, H, T_r, S, D]` in and out.
+
+    In (t, h, w) order the local frames are one contiguous run of the flattened sequence, so
+    flatten them to `[B, H, T_r*S, D]`, call `cpcourse.ring.ring_attention` (local shards in,
+    local output out) and reshape back.
+    """
+    # Exercise 06.4: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 06.4 full_attention_ring: read notebook 06, \"Full 3D attention on a "
+        "video\". Hint: reshape(B, H, T_r * S, D) for q, k, v; ring_attention(..., "
+        "group=group); reshape to q's shape"
+    )
+
+
+def joint_attention_cp_buggy(q, k, v, text_q, text_k, text_v, group=None):
+    """A joint video+text attention under CP that looks right and is not (do not copy it).
+
+    Every rank holds the whole text: it appends the text tokens to its queries AND to its K/V
+    block, and runs the ring. Find what goes wrong, then write `joint_attention_cp`.
+    """
+    b, h, t, s, d = q.shape
+    flat = lambda x, txt: torch.cat([x.reshape(b, h, t * s, x.shape[-1]), txt], dim=2)  # noqa
+    out = ring_attention(flat(q, text_q), flat(k, text_k), flat(v, text_v), group=group)
+    return out[:, :, :t * s].reshape(b, h, t, s, v.shape[-1]), out[:, :, t * s:]
+
+
+def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
+    """Joint attention of T-sharded video tokens and replicated text tokens, under the ring.
+
+    q, k, v `[B, H, T_r, S, D]` (this rank's frames); text_q/k/v `[B, H, N, D]`, the same on
+    every rank. Returns (video out `[B, H, T_r, S, D]`, text out `[B, H, N, D]`) equal to one
+    process attending over all T*S + N tokens. Each text key must enter every softmax exactly
+    once: `joint_attention_cp_buggy` puts it into every rank's ring block, so the ring shows it
+    P times (sglang#33327: silent, plausible-looking corruption).
+    """
+    # Exercise 06.5: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 06.5 joint_attention_cp: read notebook 06, \"Bug hunt: the "
+        "replicated text tokens\". Hint: keep the text queries on every rank, but "
+        "append text K/V to ONE rank's block only (e.g. the last)"
+    )

@@ -1,0 +1,130 @@
+"""Exercises of notebook 06, video tokens and temporal CP: split a video along time.
+
+    python -m pytest tests/graded --ex 06.1 --impl exercises
+
+Layout: a video's q/k/v is `[B, H, T, S, D]` (T latent frames, S = h * w tokens per frame).
+Under CP each rank holds a contiguous run of frames, split like `torch.tensor_split` (the first
+T % P ranks hold one frame more; some ranks hold none when T < P). The library's versions are in
+`cpcourse.video`; check yours in the notebook with `cpcourse.check("06.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.dist import agree, all_gather_single, require_group, shard_sizes
+from cpcourse.ring import ring_attention
+
+
+def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:
+    """Rank `rank`'s frames of a whole video and the global index of its first frame.
+
+    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int), with
+    T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
+    ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
+    """
+    # BEGIN SOLUTION 06.1 | notebook 06, "Splitting a video along time" | hint: base, extra =
+    # | divmod(T, world); ranks below `extra` hold base + 1 frames; slice dim 2 from the offset
+    t = video.shape[2]
+    base, extra = divmod(t, world)
+    size = base + (1 if rank < extra else 0)
+    offset = rank * base + min(rank, extra)
+    return video[:, :, offset:offset + size].contiguous(), offset
+    # END SOLUTION
+
+
+def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
+    """Every rank's frames `[B, H, T_r, S, D]` -> the whole video `[B, H, T, S, D]` on every rank.
+
+    Shards may differ by one frame (and be empty), and gloo's all-gather needs equal sizes: pad
+    each shard to the largest with zeros, `cpcourse.dist.all_gather_single` into a
+    `[world * B, H, T_max, S, D]` buffer (gloo stacks the ranks along dim 0; view it as
+    `[world, B, H, T_max, S, D]`), then keep each rank's first T_r frames.
+    `cpcourse.dist.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
+    """
+    # BEGIN SOLUTION 06.2 | notebook 06, "Gathering the frames back" | hint: sizes from agree();
+    # | pad to max(sizes) along dim 2, all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]
+    _, world = require_group(group, "gather_frames")
+    sizes = [shape[2] for shape in agree(group, seq_dim=2, x=local)["x"]]
+    most = max(sizes)
+    padded = local.new_zeros(*local.shape[:2], most, *local.shape[3:])
+    padded[:, :, :local.shape[2]] = local
+    buf = local.new_empty(world * padded.shape[0], *padded.shape[1:])  # ranks stacked on dim 0
+    all_gather_single(buf, padded, group=group)
+    buf = buf.view(world, *padded.shape)
+    return torch.cat([buf[r, :, :, :n] for r, n in enumerate(sizes)], dim=2)
+    # END SOLUTION
+
+
+def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
+    """The temporal all-to-all: re-shard from a time split to a space split.
+
+    x: this rank's frames, all positions `[B, H, T_r, S, D]` (T = `frames` split over the group
+    like tensor_split). Returns all frames for this rank's positions `[B, H, T, S_r, D]`, the
+    positions split like `torch.tensor_split(S, world)`. Cut x into `world` chunks along S,
+    send chunk j to rank j with one `dist.all_to_all_single` (flatten the chunks into one 1-D
+    tensor; split sizes in elements), and put the received pieces in frame order.
+    """
+    # BEGIN SOLUTION 06.3 | notebook 06, "The temporal all-to-all" | hint: send sizes are the
+    # | chunk numels; from rank src you receive B*H*T_src*S_mine*D elements; cat those on dim 2
+    rank, world = require_group(group, "time_to_space")
+    b, h, _, s, d = x.shape
+    t_sizes, s_sizes = shard_sizes(frames, world), shard_sizes(s, world)
+    chunks = torch.tensor_split(x, world, dim=3)
+    send = torch.cat([c.reshape(-1) for c in chunks])
+    recv_counts = [b * h * t_sizes[src] * s_sizes[rank] * d for src in range(world)]
+    recv = send.new_empty(sum(recv_counts))
+    dist.all_to_all_single(recv, send, recv_counts, [c.numel() for c in chunks], group=group)
+    pieces = torch.split(recv, recv_counts)
+    return torch.cat([p.view(b, h, t_sizes[src], s_sizes[rank], d)
+                      for src, p in enumerate(pieces)], dim=2)
+    # END SOLUTION
+
+
+def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
+    """Full 3D attention of a T-sharded video with the ring: `[B, H, T_r, S, D]` in and out.
+
+    In (t, h, w) order the local frames are one contiguous run of the flattened sequence, so
+    flatten them to `[B, H, T_r*S, D]`, call `cpcourse.ring.ring_attention` (local shards in,
+    local output out) and reshape back.
+    """
+    # BEGIN SOLUTION 06.4 | notebook 06, "Full 3D attention on a video" | hint: reshape(B, H,
+    # | T_r * S, D) for q, k, v; ring_attention(..., group=group); reshape to q's shape
+    b, h, t, s, d = q.shape
+    out = ring_attention(*(x.reshape(b, h, t * s, x.shape[-1]) for x in (q, k, v)), group=group)
+    return out.reshape(b, h, t, s, v.shape[-1])
+    # END SOLUTION
+
+
+def joint_attention_cp_buggy(q, k, v, text_q, text_k, text_v, group=None):
+    """A joint video+text attention under CP that looks right and is not (do not copy it).
+
+    Every rank holds the whole text: it appends the text tokens to its queries AND to its K/V
+    block, and runs the ring. Find what goes wrong, then write `joint_attention_cp`.
+    """
+    b, h, t, s, d = q.shape
+    flat = lambda x, txt: torch.cat([x.reshape(b, h, t * s, x.shape[-1]), txt], dim=2)  # noqa
+    out = ring_attention(flat(q, text_q), flat(k, text_k), flat(v, text_v), group=group)
+    return out[:, :, :t * s].reshape(b, h, t, s, v.shape[-1]), out[:, :, t * s:]
+
+
+def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
+    """Joint attention of T-sharded video tokens and replicated text tokens, under the ring.
+
+    q, k, v `[B, H, T_r, S, D]` (this rank's frames); text_q/k/v `[B, H, N, D]`, the same on
+    every rank. Returns (video out `[B, H, T_r, S, D]`, text out `[B, H, N, D]`) equal to one
+    process attending over all T*S + N tokens. Each text key must enter every softmax exactly
+    once: `joint_attention_cp_buggy` puts it into every rank's ring block, so the ring shows it
+    P times (sglang#33327: silent, plausible-looking corruption).
+    """
+    # BEGIN SOLUTION 06.5 | notebook 06, "Bug hunt: the replicated text tokens" | hint: keep the
+    # | text queries on every rank, but append text K/V to ONE rank's block only (e.g. the last)
+    rank, world = require_group(group, "joint_attention_cp")
+    b, h, t, s, d = q.shape
+    n_text = text_k.shape[2] if rank == world - 1 else 0
+    flat = lambda x, txt: torch.cat([x.reshape(b, h, t * s, x.shape[-1]), txt], dim=2)  # noqa
+    out = ring_attention(flat(q, text_q), flat(k, text_k[:, :, :n_text]),
+                         flat(v, text_v[:, :, :n_text]), group=group)
+    return out[:, :, :t * s].reshape(b, h, t, s, v.shape[-1]), out[:, :, t * s:]
+    # END SOLUTION

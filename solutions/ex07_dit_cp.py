@@ -1,0 +1,45 @@
+"""Exercises of notebook 07, a tiny video DiT under CP: what must not depend on P.
+
+    python -m pytest tests/graded --ex 07.1 --impl exercises
+
+A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
+positions computed from local frame numbers, and noise drawn per rank. The library's versions
+are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.generate.initial_noise`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpcourse.rope import apply_rope, rope_angles
+
+
+def rope_on_shard(x: torch.Tensor, height: int, width: int, frames: int, rank: int,
+                  world: int) -> torch.Tensor:
+    """3D rotary on this rank's frames `[B, H, T_r, S, D]` of a `frames`-frame video.
+
+    The frames are split like tensor_split(frames, world); rank r's first frame is global frame
+    t0 = sum of the frames of ranks 0..r-1. Rotate by global positions:
+    `apply_rope(x, rope_angles(T_r, height, width, D, frame_offset=t0))`.
+    """
+    # BEGIN SOLUTION 07.1 | notebook 07, "Positions under CP" | hint: t0 = rank * (frames //
+    # | world) + min(rank, frames % world); pass it as frame_offset to rope_angles
+    base, extra = divmod(frames, world)
+    t0 = rank * base + min(rank, extra)
+    return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset=t0))
+    # END SOLUTION
+
+
+def local_noise(shape: tuple, seed: int, rank: int, world: int) -> torch.Tensor:
+    """This rank's frames of the starting noise of a `[B, C, T, Hl, Wl]` latent video.
+
+    Must equal frames [t0, t0 + T_r) of the noise one process draws: float64 normal samples from
+    `torch.Generator().manual_seed(seed)` over the WHOLE shape, then cast to float32. (Seeding
+    each rank with seed + rank, or drawing only T_r frames, gives a different video for each P.)
+    """
+    # BEGIN SOLUTION 07.2 | notebook 07, "The same noise at any P" | hint: draw the whole shape
+    # | with one seeded generator on every rank, then torch.tensor_split(..., world, dim=2)[rank]
+    gen = torch.Generator().manual_seed(seed)
+    whole = torch.randn(shape, generator=gen, dtype=torch.float64).float()
+    return torch.tensor_split(whole, world, dim=2)[rank].contiguous()
+    # END SOLUTION

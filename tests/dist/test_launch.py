@@ -1,0 +1,164 @@
+"""cpcourse.launch and %%torchrun on real processes: results, errors, deadlocks, no orphans.
+
+    python -m pytest tests/dist/test_launch.py -q
+
+Every launch carries a unique marker in its environment; after each one the test scans /proc for
+it, so "no processes left" is checked, not assumed. Functions below run inside the ranks.
+"""
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+
+import pytest
+
+from cpcourse.launch import LaunchTimeout, RankError, launch
+from cpcourse.proctree import marked
+
+pytestmark = [pytest.mark.dist,
+              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scans /proc")]
+
+
+# --- what the ranks run ---------------------------------------------------------------------------
+
+def rank_view(tag):
+    import torch
+    import torch.distributed as dist
+
+    print(f"hello from {dist.get_rank()}")
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "pid": os.getpid(),
+            "threads": torch.get_num_threads(), "tag": tag, "backend": dist.get_backend()}
+
+
+def one_rank_raises():
+    import torch
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        raise ValueError("rank 1 refuses")
+    dist.all_reduce(torch.ones(1))  # the others wait for rank 1 in a collective
+    return "unreachable"
+
+
+def both_receive():
+    """Each rank waits for a message nobody sends: rank 0 in a bare recv, rank 1 in a tracked
+    one."""
+    import torch
+    import torch.distributed as dist
+
+    from cpcourse.dist import tracked
+
+    buf = torch.zeros(4)
+    if dist.get_rank() == 0:
+        dist.recv(buf, src=1)
+    else:
+        with tracked("recv", src=0, ring_step=2):
+            dist.recv(buf, src=0)
+
+
+def sleep_forever():
+    import time
+
+    print("started", flush=True)
+    time.sleep(600)
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def mark():
+    """A unique marker for this test's launches; asserts none of their processes outlived it."""
+    tag = f"cpcourse-test-{uuid.uuid4().hex}"
+    yield tag
+    deadline = time.monotonic() + 5
+    while marked(tag) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked(tag), f"processes left behind: {marked(tag)}"
+
+
+def _env(mark):
+    return {"CPCOURSE_TEST_MARK": mark}
+
+
+# --- tests ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("nproc", [1, 4])
+def test_each_rank_returns_its_value(nproc, mark, capsys):
+    results = launch(f"{__file__}:rank_view", nproc, timeout=120, env=_env(mark), args=("x",))
+    assert [r["rank"] for r in results] == list(range(nproc))
+    assert all(r["world"] == nproc and r["tag"] == "x" and r["backend"] == "gloo"
+               for r in results)
+    assert all(r["threads"] == int(os.environ.get("OMP_NUM_THREADS", "1")) for r in results)
+    assert len({r["pid"] for r in results}) == nproc and os.getpid() not in {
+        r["pid"] for r in results}
+    printed = capsys.readouterr().out.splitlines()
+    assert sorted(printed) == [f"[rank {r}] hello from {r}" for r in range(nproc)]
+    assert sorted(results.output) == sorted(printed)
+
+
+def test_a_raising_rank_surfaces_its_traceback(mark):
+    with pytest.raises(RankError) as info:
+        launch(f"{__file__}:one_rank_raises", 2, timeout=120, env=_env(mark))
+    err = info.value
+    # A RankError (not a LaunchTimeout) at timeout=120: the launcher did not wait it out.
+    assert (err.rank, err.exc_type, err.message) == (1, "ValueError", "rank 1 refuses")
+    assert 'raise ValueError("rank 1 refuses")' in err.traceback
+    assert "rank 1 raised ValueError: rank 1 refuses" in str(err)
+
+
+def test_a_deadlock_times_out_naming_rank_and_operation(mark):
+    with pytest.raises(LaunchTimeout) as info:
+        launch(f"{__file__}:both_receive", 2, timeout=5, pg_timeout=120, env=_env(mark))
+    stuck = info.value.stuck
+    assert set(stuck) == {0, 1}, str(info.value)
+    assert "recv" in stuck[0] and "dist.recv(buf, src=1)" in stuck[0], stuck[0]
+    assert "recv (src=0, ring_step=2)" in stuck[1] and "dist.recv(buf, src=0)" in stuck[1]
+    assert "rank 0:" in str(info.value) and "timed out after 5 s" in str(info.value)
+
+
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
+def test_a_killed_launch_leaves_no_process(how, mark):
+    code = textwrap.dedent(f"""
+        from cpcourse.launch import launch
+        launch({__file__!r} + ":sleep_forever", 2, timeout=300, env={{"M": {mark!r}}})
+    """)
+    caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                              start_new_session=True)
+    try:
+        lines = [caller.stdout.readline() for _ in range(2)]
+        assert all("started" in line for line in lines), lines
+        assert len(marked(mark)) == 3  # torchrun and its two workers
+        caller.send_signal(how)
+        caller.wait(timeout=30)
+    finally:
+        if caller.poll() is None:
+            caller.kill()
+            caller.wait()
+    # the `mark` fixture checks that torchrun and both workers are gone
+
+
+def test_the_magic_runs_a_cell_on_ranks(mark, capsys, monkeypatch):
+    pytest.importorskip("IPython")
+    from IPython.core.interactiveshell import InteractiveShell
+
+    import cpcourse
+
+    monkeypatch.setenv("CPCOURSE_TEST_MARK", mark)  # the magic's launches inherit it
+    shell = InteractiveShell.instance()
+    cpcourse.load_ipython_extension(shell)
+    cell = "x = torch.ones(2) * (rank + 1)\ndist.all_reduce(x)\nprint(x.tolist())\nRESULT = rank\n"
+    shell.run_cell_magic("torchrun", "-n 2 --timeout 120 --out res", cell)
+    assert shell.user_ns["res"] == [0, 1]
+    assert sorted(capsys.readouterr().out.splitlines()) == ["[rank 0] [3.0, 3.0]",
+                                                            "[rank 1] [3.0, 3.0]"]
+    outcome = shell.run_cell("%%torchrun -n 2\nif rank == 1:\n    raise KeyError('lost')\n")
+    err = outcome.error_in_exec
+    assert isinstance(err, RankError) and err.rank == 1 and err.exc_type == "KeyError"
+    assert "<%%torchrun cell>" in err.traceback and "raise KeyError('lost')" in err.traceback
+    import torch.distributed
+
+    assert not torch.distributed.is_initialized()  # the kernel itself never joins a group

@@ -1,0 +1,175 @@
+"""Ring attention (overlap, blocking, all-gather) and Ulysses on real gloo processes, P = 1..4.
+
+    python -m pytest tests/dist/test_ring.py -q
+
+One launch per world size runs every case (seeded random shapes, lengths not divisible by P,
+lengths smaller than P so some ranks hold no tokens, cross-attention lengths, float32 and bf16)
+against one-process float64 attention; the ranks return numbers and the assertions happen here so
+a failure names the case. The ring's measured bytes must equal the simulator's.
+"""
+
+import random
+
+import pytest
+import torch
+
+from cpcourse.launch import RankError, launch
+from cpcourse.sim import bytes_sent, simulate_ring
+
+pytestmark = pytest.mark.dist
+
+TOL = {"float32": 1e-5, "bfloat16": 2e-2}  # max |out - reference|, outputs are O(1)
+MODES = ("overlap", "blocking", "allgather")
+
+
+def _cases(world: int) -> list[tuple]:
+    """(name, B, H, Lq, Lk, D, dtype, seed): fixed edge cases plus seeded random shapes."""
+    rng = random.Random(world)
+    cases = [("uneven", 1, 2 * world, 4 * world + 3, 4 * world + 3, 16, "float32", 1),
+             ("shorter_than_world", 2, 2, max(1, world - 1), max(1, world - 1), 8, "float32", 2),
+             ("cross", 1, 2, 2 * world + 1, 3 * world + 2, 8, "float32", 3),
+             ("bf16", 1, 4, 5 * world + 1, 5 * world + 1, 32, "bfloat16", 4)]
+    for i in range(3):
+        length = rng.randint(1, 9 * world)
+        cases.append((f"random{i}", rng.randint(1, 2), rng.choice([1, 2, 3, 4, 6]), length,
+                      length, rng.choice([3, 8, 17, 64]), "float32", 10 + i))
+    return cases
+
+
+def _whole(b, h, lq, lk, d, seed):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(b, h, lq, d, generator=g, dtype=torch.float64),
+            torch.randn(b, h, lk, d, generator=g, dtype=torch.float64),
+            torch.randn(b, h, lk, d, generator=g, dtype=torch.float64))
+
+
+def cp_cases(cases):
+    """Runs on every rank: each case through every mode and Ulysses; returns error rows."""
+    import torch.distributed as dist
+
+    from cpcourse.attention import reference_attention
+    from cpcourse.dist import shard
+    from cpcourse.errors import InputError
+    from cpcourse.ring import ring_attention
+    from cpcourse.ulysses import ulysses_attention
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    rows = []
+    for name, b, h, lq, lk, d, dtype, seed in cases:
+        dt = getattr(torch, dtype)
+        whole = [x.to(dt).double() for x in _whole(b, h, lq, lk, d, seed)]  # inputs as rounded
+        want = shard(reference_attention(*whole)[0], rank, world)
+        mine = [shard(x, rank, world).to(dt) for x in whole]
+        for method in (*MODES, "ulysses"):
+            stats = []
+            try:
+                if method == "ulysses":
+                    out = ulysses_attention(*mine, stats=stats)
+                else:
+                    out = ring_attention(*mine, mode=method, stats=stats)
+            except InputError as exc:
+                rows.append({"case": name, "method": method, "error": str(exc)})
+                continue
+            rows.append({"case": name, "method": method, "dtype": dtype,
+                         "err": float((out.double() - want).abs().max()) if out.numel() else 0.0,
+                         "shape_ok": out.shape == want.shape and out.dtype == dt,
+                         "bytes": sum(s["bytes_sent"] for s in stats)})
+    # Inputs that disagree across ranks: the same clear error on every rank, and no hang (the
+    # group stays usable: the checks run on an all-gather that every rank completes).
+    q = torch.randn(1, 2, 3, 8 if rank == world - 1 and world > 1 else 4)
+    try:
+        ring_attention(q, q, q)
+        rows.append({"case": "mismatch", "method": "overlap", "error": None})
+    except InputError as exc:
+        rows.append({"case": "mismatch", "method": "overlap", "error": str(exc)})
+    dist.barrier()
+    return rows
+
+
+def mismatched_shapes():
+    import torch.distributed as dist
+
+    from cpcourse.ring import ring_attention
+
+    heads = 3 if dist.get_rank() == 1 else 2
+    q = torch.randn(1, heads, 5, 8)
+    return ring_attention(q, q, q)
+
+
+@pytest.fixture(scope="module", params=[1, 2, 3, 4])
+def world_rows(request):
+    world = request.param
+    cases = _cases(world)
+    results = launch(f"{__file__}:cp_cases", world, timeout=120, args=(cases,), stream=False)
+    return world, cases, results
+
+
+def test_every_mode_matches_float64_attention(world_rows):
+    world, cases, results = world_rows
+    for rank, rows in enumerate(results):
+        for row in rows:
+            if "err" not in row:
+                continue
+            where = f"P={world} rank={rank} case={row['case']} method={row['method']}"
+            assert row["shape_ok"], where
+            assert row["err"] <= TOL[row["dtype"]], f"{where}: max error {row['err']:.3g}"
+    checked = {(r["case"], r["method"]) for rows in results for r in rows if "err" in r}
+    assert {m for _, m in checked} == {*MODES, "ulysses"}
+    assert len(checked) >= 3 * len(cases)  # every case ran through every ring mode
+
+
+def test_ulysses_runs_or_refuses_by_head_count(world_rows):
+    world, cases, results = world_rows
+    heads = {name: h for name, _, h, *_ in cases}
+    for rows in results:
+        for row in rows:
+            if row["method"] != "ulysses":
+                continue
+            if heads[row["case"]] % world == 0:
+                assert "err" in row, row
+            else:
+                assert "world size must divide the head count" in row["error"]
+                assert "ring_attention has no such limit" in row["error"]
+
+
+def test_ring_bytes_equal_the_simulators(world_rows):
+    world, cases, results = world_rows
+    for name, b, h, lq, lk, d, dtype, seed in cases:
+        q, k, v = (x.to(getattr(torch, dtype)) for x in _whole(b, h, lq, lk, d, seed))
+        expected = bytes_sent(simulate_ring(q, k, v, world).events, world)
+        for mode in ("overlap", "blocking"):
+            measured = [next(r["bytes"] for r in rows if r["case"] == name and
+                             r["method"] == mode) for rows in results]
+            assert measured == expected, (name, mode)
+
+
+def test_disagreeing_inputs_raise_on_every_rank(world_rows):
+    world, _, results = world_rows
+    errors = [next(r for r in rows if r["case"] == "mismatch")["error"] for rows in results]
+    if world == 1:
+        assert errors == [None]
+        return
+    assert all(e and "q differs across ranks" in e for e in errors), errors
+    assert all(f"rank {world - 1} has [1, 2, 3, 8] float32" in e for e in errors)
+
+
+def test_a_mismatched_shape_ends_the_run_with_a_clear_error():
+    with pytest.raises(RankError) as info:
+        launch(f"{__file__}:mismatched_shapes", 3, timeout=60, stream=False)
+    err = info.value
+    assert err.exc_type == "InputError" and "q differs across ranks" in err.message
+    assert "rank 1 has [1, 3, 5, 8]" in err.message and sorted(err.others + [err.rank]) == [0, 1, 2]
+
+
+def test_without_a_process_group_the_error_says_how_to_start_one():
+    import torch.distributed as dist
+
+    from cpcourse.errors import InputError
+    from cpcourse.ring import ring_attention
+    from cpcourse.ulysses import ulysses_attention
+
+    assert not dist.is_initialized()
+    q = torch.randn(1, 1, 2, 4)
+    for fn in (ring_attention, ulysses_attention):
+        with pytest.raises(InputError, match="needs an initialised process group.*%%torchrun"):
+            fn(q, q, q)

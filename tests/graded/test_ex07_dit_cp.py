@@ -1,0 +1,41 @@
+"""Graded tests of notebook 07: what a DiT under CP must not let depend on P.
+
+    python -m pytest tests/graded --ex 07.1 --impl solutions
+"""
+
+import pytest
+import torch
+
+from cpcourse.generate import initial_noise
+from cpcourse.rope import rope_3d
+from cpcourse.testing import assert_close
+
+DIMS = ("B", "H", "T", "S", "D")
+
+
+@pytest.mark.ex("07.1")
+def test_rope_on_shard_uses_global_frames(impl):
+    mod = impl("ex07_dit_cp")
+    gen = torch.Generator().manual_seed(0)
+    for frames, world in ((7, 3), (5, 2), (2, 4), (9, 4)):
+        x = torch.randn(1, 2, frames, 6, 12, generator=gen, dtype=torch.float64)
+        whole = rope_3d(x, 2, 3)
+        for rank in range(world):
+            mine = torch.tensor_split(x, world, dim=2)[rank]
+            want = torch.tensor_split(whole, world, dim=2)[rank]
+            assert_close(mod.rope_on_shard(mine, 2, 3, frames, rank, world), want,
+                         atol=1e-12, rtol=1e-12, dims=DIMS,
+                         name=f"rank {rank} of {world}, {frames} frames",
+                         hint="rotate by the global frame index: the shard starts at frame t0")
+
+
+@pytest.mark.ex("07.2")
+def test_local_noise_is_the_same_video_for_every_p(impl):
+    mod = impl("ex07_dit_cp")
+    shape = (1, 4, 7, 4, 6)
+    whole = initial_noise(shape, seed=11)
+    for world in (1, 2, 3, 4, 8):
+        got = torch.cat([mod.local_noise(shape, 11, r, world) for r in range(world)], dim=2)
+        assert_close(got, whole, atol=0, rtol=0, dims=("B", "C", "T", "H", "W"),
+                     name=f"noise gathered from {world} ranks",
+                     hint="draw the whole video's noise with one generator, then keep your frames")

@@ -1,0 +1,111 @@
+"""The launcher's pieces that need no torchrun: input checks, stack reading, error choice, killing.
+
+    python -m pytest tests/unit/test_launch_parts.py -q
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+import pytest
+
+from cpcourse import launch as L
+from cpcourse import launch_errors as E
+from cpcourse.errors import InputError
+from cpcourse.proctree import alive, descendants, end_tree, identify, marked
+
+linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+
+
+@pytest.mark.parametrize("target, nproc, timeout, what", [
+    ("no/such/file.py", 2, 10, "no such file"),
+    ("no_such_module_without_colon", 2, 10, "no such file"),
+    ("cpcourse._entry:rank_info", 0, 10, "nproc must be > 0"),
+    ("cpcourse._entry:rank_info", 2, -1, "timeout must be a positive"),
+])
+def test_bad_arguments_fail_before_anything_starts(target, nproc, timeout, what):
+    with pytest.raises(InputError, match=what):
+        L.launch(target, nproc, timeout=timeout)
+
+
+def test_magic_options_are_checked():
+    with pytest.raises(InputError, match="%%torchrun"):
+        L.torchrun_cell("-n four", "print(1)")
+
+
+DUMP = """Thread 0x00007f01 (most recent call first):
+  File "/usr/lib/python3.11/threading.py", line 320 in wait
+
+Current thread 0x00007f00 (most recent call first):
+  File "/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", line 2799 in recv
+  File "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
+  File "{user}", line 3 in <module>
+  File "<frozen runpy>", line 88 in _run_code
+  File "/work/cpcourse/_entry.py", line 150 in _run_rank
+"""
+
+
+def test_a_stack_dump_names_the_call_and_the_user_line(tmp_path):
+    user = tmp_path / "cell.py"
+    user.write_text("import torch\nbuf = torch.zeros(1)\ndist.recv(buf, src=1)\n")
+    dump = tmp_path / "rank0.stack"
+    dump.write_text(DUMP.format(user=user))
+    frames = E.stack_frames(str(dump))
+    assert frames[0][2] == "recv" and frames[2] == (str(user), 3, "<module>")
+    where = E.where_stuck(frames)
+    assert where == "in torch.distributed recv() called at cell.py:3: dist.recv(buf, src=1)"
+    assert E.where_stuck([]).startswith("no Python stack")
+
+
+def _err(run_dir, rank, t, exc, msg):
+    record = {"rank": rank, "time": t, "type": exc, "message": msg, "op": None,
+              "traceback": f"Traceback (most recent call last):\n{exc}: {msg}\n"}
+    (run_dir / f"rank{rank}.err").write_text(json.dumps(record))
+
+
+def test_the_first_real_failure_is_reported_not_its_echo(tmp_path):
+    # rank 0's error is the consequence (its peer vanished), even though it was written first
+    _err(tmp_path, 0, 1.0, "RuntimeError", "Connection closed by peer [127.0.0.1]:1234")
+    _err(tmp_path, 2, 1.2, "ValueError", "bad shard")
+    (tmp_path / "rank1.pkl").write_bytes(b"")
+    err = E.rank_error(str(tmp_path), 3)
+    assert (err.rank, err.exc_type, err.others) == (2, "ValueError", [0])
+    assert "also failed: rank 0" in str(err) and "--- traceback from rank 2 ---" in str(err)
+    assert E.rank_error(str(tmp_path / "nothing"), 3) is None
+
+
+def test_an_echo_alone_names_the_ranks_that_had_returned(tmp_path):
+    _err(tmp_path, 0, 1.0, "RuntimeError", "Connection closed by peer [127.0.0.1]:1234")
+    (tmp_path / "rank1.pkl").write_bytes(b"")
+    err = E.rank_error(str(tmp_path), 2)
+    assert err.rank == 0 and "rank 1 had already returned" in str(err)
+
+
+@linux
+def test_end_tree_kills_detached_and_reparented_descendants():
+    marker = f"tree-{uuid.uuid4().hex}"
+    # The shell starts a child in a new session (as torchrun does with its workers).
+    script = "setsid sleep 300 & sleep 300 & wait"
+    root = subprocess.Popen(["sh", "-c", script], env={**os.environ, "TREE_MARK": marker},
+                            start_new_session=True)
+    deadline = time.monotonic() + 10
+    while len(descendants(root.pid)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    noted = descendants(root.pid)
+    assert len(noted) == 2 and len(marked(marker)) == 3
+    killed = end_tree(root, noted, marker, grace_s=0.5)
+    assert killed >= 1  # sh dies on SIGTERM; the sleeps may need SIGKILL
+    deadline = time.monotonic() + 5
+    while marked(marker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not marked(marker) and not any(alive(p) for p in noted)
+
+
+@linux
+def test_a_reused_pid_is_never_signalled():
+    me = identify(os.getpid())
+    assert me is not None and alive(me)
+    assert not alive((me[0], me[1] + 1))  # same pid, another start time: someone else
