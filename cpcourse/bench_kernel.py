@@ -11,6 +11,9 @@ of them alike, and the median is reported. GFLOP/s counts the two matmuls, 4 * B
 returning the lse costs nothing. Naive attention is skipped where its L x L score matrix
 would pass `--naive-max-gb`. On CUDA the default dtype is bf16 and each row also gives TFLOP/s
 against the card's dense bf16 peak from `cpcourse.hardware`.
+On a machine shared with other jobs, `--threads 1` gives stable ratios: with every core in use,
+any other process stalls the kernel's threads and the medians swing by tens of percent (the
+JSON records the load average before and after, and a best-of ratio next to the median one).
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """pyproject.toml and environment.yml ask for the same packages; CPU set-up never needs CUDA."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import pytest
 import yaml
+
+tomllib = pytest.importorskip("tomllib" if __import__("sys").version_info >= (3, 11) else "tomli")
 
 ROOT = Path(__file__).resolve().parents[2]
 CONDA_NAME = {"torch": "pytorch"}
