@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.cpcourse-installed
 PORT   ?= 8888
 NPROC  ?= 4
 
-.PHONY: setup lab test test-fast demo exercises lint clean-venv
+.PHONY: setup lab test test-fast demo exercises notebooks lint clean-venv
 
 setup: $(STAMP)
 
@@ -33,6 +33,9 @@ demo: setup
 
 exercises: setup
 	$(PY) tools/make_exercises.py
+
+notebooks: setup
+	$(PY) tools/notebooks/build_all.py
 
 lint: setup
 	$(PY) -m ruff check cpcourse tests tools solutions exercises

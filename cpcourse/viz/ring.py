@@ -94,10 +94,11 @@ def measured_timeline(stats_per_rank: list[list[dict]]) -> list[dict]:
 
 def _draw_timeline(ax, rows: list[dict], world: int, title: str) -> None:
     for row in rows:
-        # compute on the rank's own lane, communication just below it (it runs beside compute)
-        y = row["rank"] + (0.0 if row["kind"] == "compute" else 0.32)
-        h = 0.5 if row["kind"] == "compute" else 0.18
-        ax.broken_barh([(row["start"] * 1e3, (row["end"] - row["start"]) * 1e3)], (y - 0.25, h),
+        # compute on the rank's own lane, communication in a thin lane just below it (the two
+        # may run at the same time, so they must not cover each other)
+        y, h = (row["rank"] - 0.32, 0.42) if row["kind"] == "compute" else (row["rank"] + 0.13,
+                                                                             0.2)
+        ax.broken_barh([(row["start"] * 1e3, (row["end"] - row["start"]) * 1e3)], (y, h),
                        color=_KIND[row["kind"]], edgecolor="white", linewidth=0.5)
     end = max((r["end"] for r in rows), default=0.0)
     ax.set_yticks(range(world))
@@ -115,7 +116,7 @@ def timeline_figure(timelines: dict[str, list[dict]], world: int) -> Figure:
         _draw_timeline(ax, rows, world, title)
     axes[-1].set_xlabel("ms")
     handles = [Patch(color=c, label=k) for k, c in _KIND.items()]
-    axes[0].legend(handles=handles, fontsize=7, loc="lower right")
+    axes[0].legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
@@ -150,7 +151,7 @@ def hide_figure(rows: list[dict], marks: dict[str, int] | None = None) -> Figure
     """compute / comm of one ring step against tokens per rank (log-log), one line per link
     ({"label", "tokens": [...], "ratio": [...]}); 1 = the hiding threshold; `marks` = vertical
     lines at named token counts (e.g. the current slider value)."""
-    fig = Figure(figsize=(7, 3.2))
+    fig = Figure(figsize=(9, 3.2))
     ax = fig.subplots()
     for i, row in enumerate(rows):
         ax.loglog(row["tokens"], row["ratio"], label=row["label"], color=_BLOCKS(i % 10))
@@ -161,9 +162,22 @@ def hide_figure(rows: list[dict], marks: dict[str, int] | None = None) -> Figure
         ax.text(x, ax.get_ylim()[1], f" {name}", fontsize=8, va="top", rotation=90)
     ax.set_xlabel("tokens per rank (Lq)")
     ax.set_ylabel("compute / comm per ring step")
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
+
+
+def image(fig: Figure, dpi: int = 80):
+    """The figure as an IPython PNG `Image`: what the notebooks' widget callbacks return, so the
+    picture is rendered once, at a fixed size, whatever the display's figure settings."""
+
+    import io
+
+    from IPython.display import Image
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return Image(buf.getvalue())
 
 
 def at_scale(events: list, tokens: int, heads: int, head_dim: int, elem_bytes: int = 2) -> list:

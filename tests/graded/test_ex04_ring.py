@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.launch import launch
+from cpcourse.launch import LaunchError, launch
 from cpcourse.testing import assert_close, sequence_coords
 
 DIMS = ("B", "H", "L", "D")
@@ -72,8 +72,18 @@ def rank_worker(impl_name, exercise, shapes, sizes):
 
 
 def _run(impl_name, exercise, shapes, sizes, tol):
-    results = launch(f"{__file__}:rank_worker", max(sizes), timeout=60,
-                     args=(impl_name, exercise, shapes, sizes), stream=False)
+    try:
+        results = launch(f"{__file__}:rank_worker", max(sizes), timeout=60,
+                         args=(impl_name, exercise, shapes, sizes), stream=False)
+    except LaunchError as exc:
+        if "NotImplementedError" in str(exc):
+            raise  # an untouched stub inside a rank: the grader recognises it as such
+        raise AssertionError(
+            f"{exc}\n\nA rank killed by a signal (SIGABRT) inside gloo, or 'Connection closed by "
+            "peer', usually means a message arrived whose size the receiver did not expect: a "
+            "receive buffer must have the length of the block that ARRIVES (its owner's shard "
+            "length, from agree()), not of the one this rank holds; all_to_all split sizes must "
+            "match on both sides.") from None
     bug = 0.0
     for rank, rows in enumerate(results):
         for p, case, got, want in rows:

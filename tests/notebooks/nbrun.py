@@ -10,15 +10,18 @@ written to the second path for inspection. The kernel inherits this process's en
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import sys
 import time
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import CellExecutionError
+from nbclient.util import ensure_async
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
@@ -34,9 +37,44 @@ def _texts(cell) -> list[str]:
     return out
 
 
+class PollingClient(NotebookClient):
+    """NotebookClient that waits for a cell's reply in short polls.
+
+    nbclient 0.11 waits on the shell channel in one call as long as the cell timeout; after a
+    cell that displays ipywidgets that wait sometimes never sees the reply that did arrive, and a
+    run stalls for exactly the timeout (nbclient issue #312). Polling in 0.5 s slices, as the
+    fix proposed upstream does, lets the event loop move and the reply be seen.
+    """
+
+    async def _async_poll_for_reply(self, msg_id, cell, timeout, task_poll_output_msg,
+                                    task_poll_kernel_alive):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                msg = await ensure_async(self.kc.shell_channel.get_msg(timeout=0.5))
+            except Empty:
+                if deadline is None or time.monotonic() < deadline:
+                    continue
+                task_poll_kernel_alive.cancel()
+                await self._async_check_alive()
+                msg = await self._async_handle_timeout(timeout, cell)
+                if msg is None:  # interrupted without an error: wait on for the reply
+                    deadline = None
+                    continue
+                msg["parent_header"] = {"msg_id": msg_id}
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            try:
+                await asyncio.wait_for(task_poll_output_msg, self.iopub_timeout)
+            except (asyncio.TimeoutError, Empty):
+                self.log.warning("Timeout waiting for IOPub output")
+            task_poll_kernel_alive.cancel()
+            return msg
+
+
 def main(src: str, dest: str, cell_timeout: float = 120.0) -> dict:
     nb = nbformat.read(src, as_version=4)
-    client = NotebookClient(nb, timeout=cell_timeout, kernel_name="python3",
+    client = PollingClient(nb, timeout=cell_timeout, kernel_name="python3",
                             resources={"metadata": {"path": str(Path(src).parent)}})
     start, error = time.monotonic(), None
     try:

@@ -5,7 +5,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
@@ -192,16 +191,3 @@ def test_dashboard_updates_without_a_display():
     d.gpu.value = "h200-sxm"
     assert d.result["hbm_bytes"] == gpus()["h200-sxm"].hbm_bytes
     assert d._repr_mimebundle_()  # displayable as the cell's value
-
-
-def test_notebook_00_is_built_from_its_generator_without_outputs():
-    spec = importlib.util.spec_from_file_location(
-        "build_00", ROOT / "tools" / "notebooks" / "build_00.py")
-    build = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(build)
-    assert build.main(["--check"]) == 0, "run python tools/notebooks/build_00.py"
-    nb = build.build()
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert all(not c.outputs and c.execution_count is None for c in code)
-    text = "\n".join(c.source for c in code)
-    assert 'cpcourse.exercise("00.1")' in text and 'cpcourse.check("00.1")' in text

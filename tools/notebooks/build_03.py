@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nbbuild  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "03_ring_simulated.ipynb"
+OUT = nbbuild.notebook_path("03_ring_simulated.ipynb")
 
 CELLS: list[tuple[str, str]] = [
     ("md", """\
@@ -39,6 +39,7 @@ Notebook 04 runs the same ring on real processes."""),
 %matplotlib inline
 import ipywidgets as widgets
 import torch
+from IPython.display import display
 
 import cpcourse
 from cpcourse import costs, sim
@@ -137,14 +138,11 @@ one needed."""),
     ("code", """\
 vr.travel_figure(res.events, P)"""),
     ("md", """\
-Nothing here depends on P = 4. Move the slider: the grid and the travel diagram for any P."""),
+Nothing here depends on P = 4: the same pictures for 7 ranks (and for any P with the slider
+of section 5, which redraws the travel diagram too)."""),
     ("code", """\
-def show_ring(P=6):
-    x = torch.zeros(1, 1, P, 2)
-    events = sim.simulate_ring(x, x, x, P).events
-    return vr.travel_figure(events, P)
-
-widgets.interact(show_ring, P=widgets.IntSlider(value=6, min=1, max=12, description="P"));"""),
+x7 = torch.zeros(1, 1, 7, 2)
+vr.grid_figure(sim.simulate_ring(x7, x7, x7, 7).events, 7)"""),
     ("md", """\
 ## 4. Bytes per rank
 
@@ -186,8 +184,8 @@ Moving bytes takes time. If a rank waits for the next block before computing on 
 block meanwhile (**overlap**), a step costs max(compute, transfer). `sim.timeline` turns the
 trace into start and end times from a compute rate and a link bandwidth; `vr.at_scale` gives
 the simulated trace the sizes of a real workload (the schedule stays the simulator's).
-Pick a sequence length, a link and P: H100 at the cost model's attention efficiency, 40 heads
-of 128, bf16."""),
+Pick a sequence length, a link and P (the travel diagram is redrawn for your P): H100 at the
+cost model's attention efficiency, 40 heads of 128, bf16."""),
     ("code", """\
 h100 = get_gpu("h100")
 LINKS = {lk.name: lk for lk in links().values()}
@@ -201,7 +199,8 @@ def ring_timeline(tokens=75600, P=8, link=links()["ib-ndr"].name):
     end = lambda rows: max(r["end"] for r in rows)  # noqa: E731
     say(f"{fmt.count(tokens)} tokens on P = {P} over {link}: overlapped "
         f"**{fmt.seconds(end(over))}**, blocking **{fmt.seconds(end(block))}** per layer.")
-    return vr.timeline_figure({"overlap": over, "blocking": block}, P)
+    display(vr.image(vr.travel_figure(events, P)))  # the schedule, for your P
+    return vr.image(vr.timeline_figure({"overlap": over, "blocking": block}, P))
 
 widgets.interact(ring_timeline,
                  tokens=widgets.IntSlider(value=75600, min=8000, max=432000, step=400),
@@ -250,30 +249,8 @@ alternatives (all-gather and Ulysses) measured side by side."""),
 ]
 
 
-def build() -> nbformat.NotebookNode:
-    nb = new_notebook()
-    nb.metadata.update({
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                       "language": "python"},
-        "language_info": {"name": "python"},
-    })
-    for kind, text in CELLS:
-        nb.cells.append(new_markdown_cell(text) if kind == "md" else new_code_cell(text))
-    for i, cell in enumerate(nb.cells):  # stable ids keep diffs quiet between rebuilds
-        cell["id"] = f"{OUT.stem[:2]}-{i:02d}"
-    return nb
-
-
 def main(argv: list[str]) -> int:
-    text = nbformat.writes(build()) + "\n"
-    if "--check" in argv:
-        same = OUT.exists() and OUT.read_text() == text
-        print(f"{OUT}: {'up to date' if same else 'STALE: run python ' + __file__}")
-        return 0 if same else 1
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return nbbuild.run(CELLS, OUT, argv)
 
 
 if __name__ == "__main__":

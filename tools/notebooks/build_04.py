@@ -10,10 +10,11 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nbbuild  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "04_ring_on_processes.ipynb"
+OUT = nbbuild.notebook_path("04_ring_on_processes.ipynb")
+
 CELLS: list[tuple[str, str]] = [
     ("md", """\
 # 04 · The ring on real processes
@@ -37,6 +38,8 @@ seconds."""),
     ("code", """\
 %matplotlib inline
 %load_ext cpcourse
+import os
+
 import torch
 
 import cpcourse
@@ -125,11 +128,13 @@ total = {m: max(sum(s["compute_s"] + s["comm_s"] for s in r["stats"][m]) for r i
          for m in ("overlap", "blocking")}
 sim_end = max(r["end"] for r in simulated)
 say(f"One ring took **{fmt.seconds(total['overlap'])}** overlapped and "
-    f"**{fmt.seconds(total['blocking'])}** blocking (slowest rank); the simulator, fed the "
-    f"blocking run's rates, predicts {fmt.seconds(sim_end)} for the overlapped one. Here the "
-    f"two modes are close: on a CPU, gloo copies the bytes with the same cores that compute, "
-    f"so there is little to overlap *with*. Notebook 05 measures that, and shows where overlap "
-    f"pays (a GPU, whose copy engines and NVLink run beside the SMs).")"""),
+    f"**{fmt.seconds(total['blocking'])}** blocking (slowest rank, one run each); the "
+    f"simulator, fed the blocking run's rates, predicts {fmt.seconds(sim_end)} for the "
+    f"overlapped one. The simulator assumes each rank owns its core and its link; here {P} "
+    f"processes share {os.cpu_count()} cores, and gloo copies the bytes with the same cores that "
+    f"compute, so there is little to overlap *with*, and ranks wait for each other. Notebook "
+    f"05 measures that with repeats, and shows where overlap pays: a GPU, whose copy engines "
+    f"and NVLink run beside the compute units.")"""),
     ("md", """\
 ## 3. The alternatives: all-gather and Ulysses
 
@@ -268,30 +273,10 @@ say(f"**A1.** All-gather holds the gathered K/V of all {P} ranks plus the whole 
 Next, notebook 05: when does the ring's communication hide behind its compute, on a GPU box,
 and what would the seed article's 6.2 GB example really cost?"""),
 ]
-def build() -> nbformat.NotebookNode:
-    nb = new_notebook()
-    nb.metadata.update({
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                       "language": "python"},
-        "language_info": {"name": "python"},
-    })
-    for kind, text in CELLS:
-        nb.cells.append(new_markdown_cell(text) if kind == "md" else new_code_cell(text))
-    for i, cell in enumerate(nb.cells):  # stable ids keep diffs quiet between rebuilds
-        cell["id"] = f"{OUT.stem[:2]}-{i:02d}"
-    return nb
 
 
 def main(argv: list[str]) -> int:
-    text = nbformat.writes(build()) + "\n"
-    if "--check" in argv:
-        same = OUT.exists() and OUT.read_text() == text
-        print(f"{OUT}: {'up to date' if same else 'STALE: run python ' + __file__}")
-        return 0 if same else 1
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return nbbuild.run(CELLS, OUT, argv)
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import nbformat
-from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import nbbuild  # noqa: E402
 
-OUT = Path(__file__).resolve().parents[2] / "notebooks" / "06_video_temporal_cp.ipynb"
+OUT = nbbuild.notebook_path("06_video_temporal_cp.ipynb")
 
 CELLS: list[tuple[str, str]] = [
     ("md", """\
@@ -232,30 +232,8 @@ at P = 1, 2 and 4, with its memory per rank measured against the cost model.""")
 ]
 
 
-def build() -> nbformat.NotebookNode:
-    nb = new_notebook()
-    nb.metadata.update({
-        "kernelspec": {"name": "python3", "display_name": "Python 3 (ipykernel)",
-                       "language": "python"},
-        "language_info": {"name": "python"},
-    })
-    for kind, text in CELLS:
-        nb.cells.append(new_markdown_cell(text) if kind == "md" else new_code_cell(text))
-    for i, cell in enumerate(nb.cells):  # stable ids keep diffs quiet between rebuilds
-        cell["id"] = f"{OUT.stem[:2]}-{i:02d}"
-    return nb
-
-
 def main(argv: list[str]) -> int:
-    text = nbformat.writes(build()) + "\n"
-    if "--check" in argv:
-        same = OUT.exists() and OUT.read_text() == text
-        print(f"{OUT}: {'up to date' if same else 'STALE: run python ' + __file__}")
-        return 0 if same else 1
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.write_text(text)
-    print(f"wrote {OUT}")
-    return 0
+    return nbbuild.run(CELLS, OUT, argv)
 
 
 if __name__ == "__main__":

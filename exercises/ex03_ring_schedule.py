@@ -1,0 +1,34 @@
+# Yours to edit. Generated from solutions/ex03_ring_schedule.py by tools/make_exercises.py
+# stub-sha256: 61964d6e0bbb4683 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercise of notebook 03, the ring simulated: the schedule, who holds and sends what when.
+
+    python -m pytest tests/graded --ex 03.1 --impl exercises
+
+P ranks sit on a ring; rank r passes K/V blocks to rank (r + 1) mod P and receives from rank
+(r - 1) mod P. At step 0 every rank holds its own K/V block. The library's simulator
+(`cpcourse.sim.simulate_ring`) lets the schedule emerge from the passing and records it in its
+trace; here you write the schedule down directly and the notebook checks it against that trace.
+"""
+
+from __future__ import annotations
+
+
+def ring_step(step: int, world: int) -> list[dict]:
+    """What every rank does at ring step `step` (0 <= step < world) of a `world`-rank ring.
+
+    Returns one dict per rank, in rank order, with keys:
+      "rank":      r
+      "holds":     the K/V block (numbered by its owner rank) r computes on at this step
+      "send_to":   the rank r passes that block to, or None at the last step (nothing left to pass)
+      "recv_from": the rank r receives its next block from, or None at the last step
+      "receives":  the block r receives (and computes on at step + 1), or None at the last step
+    Example, world = 4, step = 1: rank 0 holds block 3, sends it to rank 1, receives block 2
+    from rank 3.
+    """
+    # Exercise 03.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 03.1 ring_step: read notebook 03, \"The schedule\". Hint: blocks move "
+        "one rank forward per step, so rank r holds block (r - step) mod P; the last "
+        "step (step = P - 1) sends nothing"
+    )

@@ -1,0 +1,35 @@
+# Yours to edit. Generated from solutions/ex05_overlap.py by tools/make_exercises.py
+# stub-sha256: 07e131098d33c35e (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercise of notebook 05, communication and overlap: when does the ring hide its traffic?
+
+    python -m pytest tests/graded --ex 05.1 --impl exercises
+
+One ring step on a rank: its Lq queries attend to one visiting K/V block of Lk = Lq tokens
+(4 * Lq * Lk * D * H FLOPs) while the next block, K and V of Lq tokens for every head
+(2 * Lq * D * H * bytes_per_element bytes), travels one hop. Overlapped, a step costs
+max(compute, comm); communication is hidden when compute >= comm. The library's version is
+`cpcourse.costs.comm`.
+"""
+
+from __future__ import annotations
+
+import math
+
+
+def overlap_condition(tokens_per_rank: int, heads: int, head_dim: int, bytes_per_element: int,
+                      flops_per_s: float, bytes_per_s: float) -> dict:
+    """Per-step compute and per-hop communication of one ring step, and whether comm hides.
+
+    tokens_per_rank: Lq (= Lk of the visiting block); flops_per_s: the attention kernel's
+    achieved rate; bytes_per_s: the link's achieved bandwidth, one direction.
+    Returns {"compute_s": seconds of one step's attention, "comm_s": seconds of one hop,
+    "hidden": compute_s >= comm_s, "min_tokens_per_rank": the smallest integer Lq for which
+    compute_s >= comm_s (it depends on neither heads nor head_dim)}.
+    """
+    # Exercise 05.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 05.1 overlap_condition: read notebook 05, \"The overlap condition\". "
+        "Hint: compute = 4 Lq^2 D H / F, comm = 2 Lq D H b / B; their ratio 2 Lq B / "
+        "(F b) >= 1 gives Lq >= F b / (2 B), rounded up"
+    )
