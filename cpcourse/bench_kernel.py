@@ -27,20 +27,15 @@ import time
 
 import torch
 
-from cpcourse.errors import InputError, positive_float, positive_int, require
+from cpcourse.errors import ArgumentParser, InputError, positive_float, positive_int, require
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 TARGET_RATIO = 0.95
 _GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "B200": "b200"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise InputError(f"cpcourse bench kernel: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cpcourse bench kernel", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="cpcourse bench kernel", description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument("--lengths", default=None, help="comma-separated L (default 1024,4096,16384)")
     p.add_argument("--batch", type=int, default=1)

@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -24,12 +23,7 @@ import sys
 import time
 import uuid
 
-from cpcourse.errors import InputError, positive_int
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise InputError(f"bench_launch: {message}")
+from cpcourse.errors import ArgumentParser, positive_int
 
 
 def raise_after_barrier() -> None:
@@ -71,7 +65,7 @@ def _left_after_kill(nproc: int, sig: int) -> int:
 def main(argv: list[str]) -> int:
     from cpcourse.launch import RankError, launch
 
-    p = _Parser(prog="python -m cpcourse.bench_launch", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="python -m cpcourse.bench_launch", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")

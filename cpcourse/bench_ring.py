@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-from cpcourse.errors import InputError, positive_int, require
+from cpcourse.errors import ArgumentParser, positive_int, require
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
 LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)",
@@ -34,13 +34,8 @@ LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)
           "torch_cp": "torch context_parallel", "fused": "one process, fused"}
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise InputError(f"cpcourse bench ring: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cpcourse bench ring", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="cpcourse bench ring", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=16384)
     p.add_argument("--heads", type=int, default=8)

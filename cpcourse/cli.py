@@ -14,7 +14,7 @@ import importlib
 import json
 import sys
 
-from cpcourse.errors import InputError
+from cpcourse.errors import ArgumentParser, InputError
 
 # Subcommands implemented in their own modules: name -> (module, one-line help).
 # Each module exposes `main(argv) -> int` and raises InputError on bad input.
@@ -28,19 +28,11 @@ DELEGATED = {
 CALCULATORS = ("tokens", "memory", "comm", "plan")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises InputError (one line, exit 2) instead of printing usage."""
-
-    def error(self, message):
-        where = "" if self.prog == "cpcourse" else f"{self.prog}: "
-        raise InputError(f"{where}{message} (see `{self.prog} --help`)")
-
-
 def build_parser() -> argparse.ArgumentParser:
     from cpcourse import calc_cli
 
-    parser = _Parser(prog="cpcourse", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", parser_class=_Parser)
+    parser = ArgumentParser(prog="cpcourse", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", parser_class=ArgumentParser)
     calc_cli.add_parsers(sub)
     for name, (_, help_text) in DELEGATED.items():
         sub.add_parser(name, help=help_text, add_help=False)

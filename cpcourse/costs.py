@@ -25,13 +25,19 @@ def dtype_bytes(dtype: str) -> int:
     return DTYPE_BYTES[dtype]
 
 
+def split_sizes(length: int, world: int) -> list[int]:
+    """`length` items over `world` ranks like torch.tensor_split: the first length % world get
+    one more. No checks: ranks may hold nothing (`cpcourse.dist.shard_sizes` allows that)."""
+    base, extra = divmod(length, world)
+    return [base + (1 if r < extra else 0) for r in range(world)]
+
+
 def shard_sizes(tokens: int, cp: int) -> list[int]:
-    """Tokens on each rank when `tokens` are split over `cp` ranks like torch.tensor_split."""
+    """Tokens on each rank when a sequence is planned over `cp` GPUs (every GPU gets one)."""
     tokens, cp = positive_int("--tokens", tokens), positive_int("--cp", cp)
     require(cp <= tokens, f"--cp {cp} is larger than the {tokens} tokens to split: "
             f"use --cp {tokens} or fewer")
-    base, extra = divmod(tokens, cp)
-    return [base + (1 if r < extra else 0) for r in range(cp)]
+    return split_sizes(tokens, cp)
 
 
 def attention_flops(lq: int, lk: int, head_dim: int, heads: int) -> int:

@@ -18,19 +18,14 @@ import json
 import sys
 import time
 
-from cpcourse.errors import InputError, positive_int, require
+from cpcourse.errors import ArgumentParser, positive_int, require
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 4e-3}  # max |ring - fused|
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise InputError(f"cpcourse demo: {message}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="cpcourse demo", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="cpcourse demo", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=4, help="local processes (ranks), default 4")
     p.add_argument("--seq-len", type=int, default=4096, help="whole sequence length L")
     p.add_argument("--heads", type=int, default=8)

@@ -24,6 +24,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from cpcourse.costs import split_sizes
 from cpcourse.errors import InputError, require
 
 ENV_TIMEOUT = "CPCOURSE_PG_TIMEOUT"  # seconds; set by cpcourse.launch
@@ -90,8 +91,7 @@ def comm_device(group=None) -> torch.device:
 def shard_sizes(length: int, world: int) -> list[int]:
     """Tokens per rank when `length` tokens are split over `world` ranks like tensor_split."""
     require(length >= 0 and world >= 1, f"need length >= 0 and world >= 1, got {length}, {world}")
-    base, extra = divmod(length, world)
-    return [base + (1 if r < extra else 0) for r in range(world)]
+    return split_sizes(length, world)
 
 
 def shard_offsets(sizes: list[int]) -> list[int]:

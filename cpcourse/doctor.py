@@ -9,7 +9,6 @@ short timeout (the same transport the course's multi-process cells use).
 
 from __future__ import annotations
 
-import argparse
 import importlib.metadata as md
 import importlib.util
 import json
@@ -19,6 +18,8 @@ import socket
 import subprocess
 import sys
 import time
+
+from cpcourse.errors import ArgumentParser
 
 GLOO_TIMEOUT_S = 10
 
@@ -115,7 +116,7 @@ def diagnose(run_gloo: bool = True) -> dict:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="cpcourse doctor", description=__doc__.split("\n")[0])
+    ap = ArgumentParser(prog="cpcourse doctor", description=__doc__.split("\n")[0])
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-gloo", action="store_true", help="skip the two-process check")
     args = ap.parse_args(argv)

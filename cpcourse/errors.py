@@ -8,6 +8,8 @@ says what to change. The command line prints that line and exits with status 2.
 
 from __future__ import annotations
 
+import argparse
+
 
 class InputError(ValueError):
     """Bad input from a caller: the message says what to change."""
@@ -38,3 +40,12 @@ def positive_float(name: str, value) -> float:
     require(value > 0 and value == value and value != float("inf"),
             f"{name} must be a positive finite number, got {value}")
     return value
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse for every `cpcourse` command: a usage error is an InputError (one line, exit 2
+    from the command line) instead of a usage dump and SystemExit."""
+
+    def error(self, message):
+        where = "" if self.prog == "cpcourse" else f"{self.prog}: "
+        raise InputError(f"{where}{message} (see `{self.prog} --help`)")

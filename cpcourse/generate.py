@@ -131,9 +131,9 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from cpcourse.cli import _Parser
+    from cpcourse.errors import ArgumentParser
 
-    p = _Parser(prog="cpcourse generate", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=2, help="processes (CP degree), default 2")
     p.add_argument("--seed", type=int, default=0, help="noise seed")
     p.add_argument("--save", default=None, help="write the latents here (torch.load reads it)")

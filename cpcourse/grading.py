@@ -11,7 +11,6 @@ named by $CPCOURSE_GRADE_LOG; a killed run still leaves the lines written before
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import re
@@ -24,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cpcourse.course import impl_from_env
-from cpcourse.errors import InputError
+from cpcourse.errors import ArgumentParser, InputError
 from cpcourse.proctree import stop_tree
 from cpcourse.stubs import Exercise, course_root, get_exercise, registry, stub_error_id
 
@@ -267,16 +266,11 @@ def check(exercise_id: str, *, impl: str | None = None, timeout: float | None = 
     return result
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message):
-        raise InputError(f"cpcourse grade: {message}")
-
-
 def main(argv: list[str]) -> int:
     """`cpcourse grade [--impl exercises|solutions] [--json] [--timeout S] [--ex ID ...]`."""
     from cpcourse.panels import render_table
 
-    parser = _Parser(prog="cpcourse grade", description="grade every exercise")
+    parser = ArgumentParser(prog="cpcourse grade", description="grade every exercise")
     parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
                         help="whose code to grade (default: $CPCOURSE_IMPL or exercises)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")

@@ -32,7 +32,7 @@ import types
 import uuid
 
 from cpcourse import proctree
-from cpcourse.errors import InputError, positive_float, positive_int, require
+from cpcourse.errors import positive_float, positive_int, require
 from cpcourse.launch_errors import (  # noqa: F401
     LaunchError,
     LaunchTimeout,
@@ -219,13 +219,9 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
 # --- the %%torchrun cell magic -------------------------------------------------------------------
 
 def _magic_parser():
-    import argparse
+    from cpcourse.errors import ArgumentParser
 
-    class Parser(argparse.ArgumentParser):
-        def error(self, message):
-            raise InputError(f"%%torchrun: {message}")
-
-    p = Parser(prog="%%torchrun", add_help=False)
+    p = ArgumentParser(prog="%%torchrun", add_help=False)
     p.add_argument("-n", "--nproc", type=int, default=2)
     p.add_argument("--timeout", type=float, default=60.0)
     p.add_argument("--threads", type=int, default=None)

@@ -14,8 +14,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from cpcourse import proctree
+from cpcourse.doctor import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -48,46 +49,6 @@ def browser_skip_reason() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _descendants(pid: int) -> set[int]:
-    """Every live process whose parent chain reaches `pid` (Linux /proc)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = set(), [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            if c not in found:
-                found.add(c)
-                todo.append(c)
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie has exited: it only waits to be reaped by its parent
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @dataclass
 class Lab:
     url: str
@@ -108,32 +69,14 @@ class Lab:
 
 def _stop(lab: Lab) -> list[int]:
     """Stop the server and its kernels; returns the pids still alive afterwards (should be [])."""
-    tracked = _descendants(lab.proc.pid)
+    noted = proctree.descendants(lab.proc.pid)  # kernels run in sessions of their own
     try:
         lab.api("/api/shutdown", method="POST")  # the server shuts its kernels down itself
         lab.proc.wait(timeout=10)
     except Exception:
         pass
-    if lab.proc.poll() is None:
-        try:
-            os.killpg(lab.proc.pid, signal.SIGTERM)
-            lab.proc.wait(timeout=5)
-        except (ProcessLookupError, subprocess.TimeoutExpired):
-            pass
-    deadline = time.monotonic() + 5
-    while time.monotonic() < deadline and any(_alive(p) for p in tracked):
-        time.sleep(0.2)
-    for pid in tracked | {lab.proc.pid}:
-        if _alive(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    if lab.proc.poll() is None:
-        lab.proc.kill()
-    lab.proc.wait(timeout=5)
-    time.sleep(0.2)
-    return sorted(p for p in tracked if _alive(p))
+    proctree.end_tree(lab.proc, noted, grace_s=5.0)
+    return sorted(proc[0] for proc in noted if proctree.alive(proc))
 
 
 @pytest.fixture(scope="module")
@@ -158,7 +101,7 @@ def lab(tmp_path_factory):
         JUPYTERLAB_WORKSPACES_DIR=str(tmp / "workspaces"), IPYTHONDIR=str(tmp / "ipython"),
         MPLCONFIGDIR=str(tmp / "mpl"), CPCOURSE_ROOT=str(ROOT), PYTHONUNBUFFERED="1",
     )
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     cmd = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1",
            f"--port={port}", "--ServerApp.port_retries=0",
            f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={notebooks}",
