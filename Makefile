@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml tools/install_torch.sh
 	bash tools/install_torch.sh $(PY)
 	$(PY) -m pip install --no-input -q -e '.[dev]'
 	$(PY) -m ipykernel install --sys-prefix --name python3 >/dev/null
-	$(PY) -m cpcourse.labsettings
+	$(PY) -m cpcourse.course.labsettings
 	@touch $(STAMP)
 
 lab: setup
@@ -34,8 +34,11 @@ demo: setup
 exercises: setup
 	$(PY) tools/make_exercises.py
 
+# The text forms (notebooks/NN_topic.md) and the .ipynb files are jupytext pairs: --sync takes each
+# pair's cells from whichever file was saved last, then the .ipynb files lose their outputs.
 notebooks: setup
-	$(PY) tools/notebooks/build_all.py
+	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.md
+	$(VENV)/bin/jupyter nbconvert --clear-output --inplace --log-level=WARN notebooks/[0-9]*.ipynb
 
 lint: setup
 	$(PY) -m ruff check cpcourse tests tools solutions exercises

@@ -12,7 +12,7 @@ import importlib
 
 __version__ = "0.1.0"
 
-_LAZY = {"check": ("cpcourse.grading", "check"), "launch": ("cpcourse.launch", "launch"),
+_LAZY = {"check": ("cpcourse.course", "check"), "launch": ("cpcourse.launch", "launch"),
          "exercise": ("cpcourse.course", "exercise"),
          "use_reference": ("cpcourse.course", "use_reference")}
 

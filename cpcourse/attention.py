@@ -28,7 +28,6 @@ import os
 
 import torch
 
-from cpcourse.errors import InputError, require
 from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versions)
     accumulator_dtype,
     attention_v4_blockwise,
@@ -36,6 +35,7 @@ from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versi
     softmax_v2_safe,
     softmax_v3_online,
 )
+from cpcourse.support.errors import InputError, require
 
 BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "cpu-flash", "torch")
 _CPU_ORDER = ("cpu-flash", "torch")  # the CUDA kernels never take CPU tensors: skip asking

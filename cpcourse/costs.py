@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.errors import InputError, positive_float, positive_int, require
 from cpcourse.hardware import get_gpu, get_link
+from cpcourse.support.errors import InputError, positive_float, positive_int, require
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
 

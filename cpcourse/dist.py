@@ -25,7 +25,7 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.costs import split_sizes
-from cpcourse.errors import InputError, require
+from cpcourse.support.errors import InputError, require
 
 ENV_TIMEOUT = "CPCOURSE_PG_TIMEOUT"  # seconds; set by cpcourse.launch
 ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # where the launcher looks for heartbeats and results

@@ -25,8 +25,8 @@ import torch
 from torch import nn
 
 from cpcourse import video
-from cpcourse.errors import require
 from cpcourse.rope import rope_3d
+from cpcourse.support.errors import require
 
 ATTENTIONS = ("factored", "full")
 

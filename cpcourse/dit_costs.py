@@ -30,7 +30,7 @@ The peak is the largest phase; it falls as 1/P because every term is per local t
 from __future__ import annotations
 
 from cpcourse.dist import shard_sizes
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 
 def phase_elements(cfg, shape, world: int, rank: int, temporal_method: str = "all_to_all",

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cpcourse.errors import InputError
+from cpcourse.support.errors import InputError
 from cpcourse.tokens import facts
 
 

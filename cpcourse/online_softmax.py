@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from cpcourse.errors import positive_int, require
+from cpcourse.support.errors import positive_int, require
 
 
 def accumulator_dtype(dtype: torch.dtype) -> torch.dtype:

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 
 from cpcourse.costs import attention_flops, comm
-from cpcourse.errors import positive_int, require
 from cpcourse.hardware import get_gpu, get_link
+from cpcourse.support.errors import positive_int, require
 from cpcourse.tokens import facts, get_model, model_tokens
 
 BYTES = 2  # bf16 inference

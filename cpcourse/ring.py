@@ -28,7 +28,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import agree, all_gather_single, global_rank, require_group, tracked
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 MODES = ("overlap", "blocking", "allgather")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 
 def rope_split(head_dim: int) -> tuple[int, int, int]:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import torch
 
 from cpcourse.attention import attention_with_lse, merge_attention
-from cpcourse.errors import positive_float, positive_int, require
+from cpcourse.support.errors import positive_float, positive_int, require
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 from importlib import resources
 
-from cpcourse.errors import InputError, positive_float, positive_int, require
+from cpcourse.support.errors import InputError, positive_float, positive_int, require
 
 
 @lru_cache(maxsize=1)

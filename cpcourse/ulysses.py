@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
 from cpcourse.dist import agree, require_group, tracked
-from cpcourse.errors import InputError, require
+from cpcourse.support.errors import InputError, require
 
 
 def _working_sizes(heads: int) -> list[int]:

@@ -20,7 +20,7 @@ hold none when T < P).
 - `joint_attention_cp`: full 3D attention plus text tokens that every rank holds whole. The text
   K/V must enter the softmax once: only the last rank adds them to its ring block.
 
-Bytes each rank sends: measure with `cpcourse.bytecount.count_bytes()`, predict with
+Bytes each rank sends: measure with `cpcourse.support.bytecount.count_bytes()`, predict with
 `cpcourse.video_costs`; they agree exactly.
 """
 
@@ -39,7 +39,7 @@ from cpcourse.dist import (
     shard_sizes,
     tracked,
 )
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 TEMPORAL_METHODS = ("all_to_all", "ring")
 FULL_METHODS = ("ring", "ulysses")

@@ -5,8 +5,8 @@
 Every function returns the bytes that rank `rank` of `world` puts on the wire (its own slot of a
 collective stays home and is not counted), for one attention call on a video `[B, H, T, S, D]`
 whose frames are split like `torch.tensor_split(T, world)` and positions like
-`tensor_split(S, world)`. `cpcourse.bytecount.count_bytes()` measures the same quantity at the
-torch.distributed calls, and the tests require equality, not closeness.
+`tensor_split(S, world)`. `cpcourse.support.bytecount.count_bytes()` measures the same quantity
+at the torch.distributed calls, and the tests require equality, not closeness.
 
 Why all-to-all wins for factored models: the ring moves every K/V block to every rank
 (about 2 * (P-1)/P of the whole video's K and V per rank), while the all-to-all moves each of
@@ -16,7 +16,7 @@ q, k, v and the output once, and only the (P-1)/P of it that belongs elsewhere.
 from __future__ import annotations
 
 from cpcourse.dist import shard_sizes
-from cpcourse.errors import positive_int, require
+from cpcourse.support.errors import positive_int, require
 
 
 def _check(rank: int, world: int) -> None:

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex04_ring.py by tools/make_exercises.py
-# stub-sha256: 2b868de5def691d7 (how the generator tells your edits from its output)
+# stub-sha256: ed12d407b19e160f (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 04, the ring on real processes: the ring forward, Ulysses' all-to-all,
 and a bug hunt.
@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import agree, global_rank, require_group
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 
 def ring_forward(q, k, v, group=None, scale=None):
@@ -58,7 +58,7 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     output_split_sizes, input_split_sizes, group=group)` on flat 1-D tensors: chunk j of your
     input is head group j of your shard; from rank i you receive head group `rank` of rank i's
     shard (B * H/P * L_i * D elements); put the received pieces in sequence order.
-    Raise `cpcourse.errors.InputError` when P does not divide H.
+    Raise `cpcourse.support.errors.InputError` when P does not divide H.
     """
     # Exercise 04.2: write your code here, then delete the raise.
     raise NotImplementedError(

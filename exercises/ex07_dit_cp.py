@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex07_dit_cp.py by tools/make_exercises.py
-# stub-sha256: d2c003466e023424 (how the generator tells your edits from its output)
+# stub-sha256: d7112c4c82fd0952 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 07, a tiny video DiT under CP: what must not depend on P.
 
@@ -7,7 +7,7 @@
 
 A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
 positions computed from local frame numbers, and noise drawn per rank. The library's versions
-are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.generate.initial_noise`.
+are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.sampling.initial_noise`.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import agree, global_rank, require_group
-from cpcourse.errors import require
+from cpcourse.support.errors import require
 
 
 def ring_forward(q, k, v, group=None, scale=None):
@@ -76,7 +76,7 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     output_split_sizes, input_split_sizes, group=group)` on flat 1-D tensors: chunk j of your
     input is head group j of your shard; from rank i you receive head group `rank` of rank i's
     shard (B * H/P * L_i * D elements); put the received pieces in sequence order.
-    Raise `cpcourse.errors.InputError` when P does not divide H.
+    Raise `cpcourse.support.errors.InputError` when P does not divide H.
     """
     # BEGIN SOLUTION 04.2 | notebook 04, "Ulysses: trade the sequence for heads" | hint: send =
     # | x.view(B, P, H/P, L_r, D).transpose(0, 1) made contiguous; split sizes in elements;

@@ -4,7 +4,7 @@
 
 A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
 positions computed from local frame numbers, and noise drawn per rank. The library's versions
-are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.generate.initial_noise`.
+are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.sampling.initial_noise`.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from cpcourse.course import IMPLS, load
-from cpcourse.stubs import course_root, registry, stub_error_id
+from cpcourse.course.stubs import course_root, registry, stub_error_id
 
 
 def pytest_addoption(parser):

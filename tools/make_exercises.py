@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from cpcourse.errors import InputError  # noqa: E402
-from cpcourse.stubs import course_root, make_stub, solution_files  # noqa: E402
+from cpcourse.course.stubs import course_root, make_stub, solution_files  # noqa: E402
+from cpcourse.support.errors import InputError  # noqa: E402
 
 HASH_LINE = re.compile(r"^# stub-sha256: (?P<digest>[0-9a-f]{16})\b")
 INIT = '"""Your answers to the course\'s exercises: edit these files (see AUTHORING.md)."""\n'

@@ -18,8 +18,8 @@ from dataclasses import replace
 from matplotlib.figure import Figure
 
 from cpcourse.costs import comm, dtype_bytes
-from cpcourse.errors import InputError
 from cpcourse.hardware import get_gpu, get_link, gpus, links
+from cpcourse.support.errors import InputError
 from cpcourse.tokens import FrameRule, frames_for_clip, get_model, presets
 from cpcourse.viz import fmt
 from cpcourse.viz.tokens import (

@@ -3,7 +3,7 @@
     python -m cpcourse.viz.video artifacts     # writes the layout and byte-model figures as PNG
 
 Every number drawn comes from `cpcourse` (the split from `cpcourse.dist.shard_sizes`, bytes from
-`cpcourse.video_lab` / `cpcourse.video_costs`, memory from `cpcourse.generate`). Figures are
+`cpcourse.course.video_lab` / `cpcourse.video_costs`, memory from `cpcourse.sampling`). Figures are
 matplotlib `Figure` objects built without pyplot.
 """
 

@@ -7,8 +7,9 @@ import json
 
 import pytest
 
-from cpcourse import bench_ring, demo
-from cpcourse.errors import InputError
+from cpcourse.bench import ring as bench_ring
+from cpcourse.cli import demo
+from cpcourse.support.errors import InputError
 from cpcourse.sim import bytes_sent, simulate_ring
 
 pytestmark = pytest.mark.dist

@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from cpcourse.dit import CPContext, DiTConfig, build_model
-from cpcourse.generate import initial_noise, main, sample
+from cpcourse.cli.generate import main
+from cpcourse.sampling import initial_noise, sample
 from cpcourse.launch import launch
 
 pytestmark = pytest.mark.dist
@@ -29,7 +30,7 @@ def _spec(attention, temporal, full):
 def many(specs):
     import torch.distributed as dist
 
-    from cpcourse.generate import generate_rank
+    from cpcourse.sampling import generate_rank
 
     world = dist.get_world_size()  # Ulysses splits the heads: skip it where P does not divide H
     return [None if spec["full_method"] == "ulysses" and spec["model"]["heads"] % world

@@ -17,7 +17,7 @@ import uuid
 import pytest
 
 from cpcourse.launch import LaunchTimeout, RankError, launch
-from cpcourse.proctree import marked
+from cpcourse.launch.proctree import marked
 
 pytestmark = [pytest.mark.dist,
               pytest.mark.skipif(not sys.platform.startswith("linux"), reason="scans /proc")]

@@ -49,7 +49,7 @@ def cp_cases(cases):
 
     from cpcourse.attention import reference_attention
     from cpcourse.dist import shard
-    from cpcourse.errors import InputError
+    from cpcourse.support.errors import InputError
     from cpcourse.ring import ring_attention
     from cpcourse.ulysses import ulysses_attention
 
@@ -164,7 +164,7 @@ def test_a_mismatched_shape_ends_the_run_with_a_clear_error():
 def test_without_a_process_group_the_error_says_how_to_start_one():
     import torch.distributed as dist
 
-    from cpcourse.errors import InputError
+    from cpcourse.support.errors import InputError
     from cpcourse.ring import ring_attention
     from cpcourse.ulysses import ulysses_attention
 

@@ -12,7 +12,7 @@ import random
 
 import pytest
 
-from cpcourse.testing import assert_close
+from cpcourse.course.testing import assert_close
 from cpcourse.tokens import video_tokens
 
 HINT = ("latent frames T = F, or (F-1)//vae_temporal + 1 when vae_temporal > 1; "

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from cpcourse.attention import TOLERANCES, TOLERANCES_LARGE_LOGITS, reference_attention
-from cpcourse.testing import assert_close
+from cpcourse.course.testing import assert_close
 
 DIMS = ("B", "H", "L", "D")
 LSE_DIMS = ("B", "H", "L")

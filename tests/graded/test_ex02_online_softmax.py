@@ -21,8 +21,8 @@ from cpcourse.attention import (
     attention_with_lse,
     reference_attention,
 )
+from cpcourse.course.testing import assert_close
 from cpcourse.memory import peak_memory
-from cpcourse.testing import assert_close
 
 DIMS = ("B", "H", "L", "D")
 LSE_DIMS = ("B", "H", "L")

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from cpcourse.attention import attention_with_lse
+from cpcourse.course.testing import assert_close, sequence_coords
 from cpcourse.launch import LaunchError, launch
-from cpcourse.testing import assert_close, sequence_coords
 
 DIMS = ("B", "H", "L", "D")
 # (B, H, L, D): L not divisible by 2, 3 or 4; L = 3 leaves a rank of 4 empty

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from cpcourse import video
+from cpcourse.course.testing import assert_close
 from cpcourse.launch import launch
-from cpcourse.testing import assert_close
 
 WORLD = 3
 DIMS = ("B", "H", "T", "S", "D")

@@ -6,9 +6,9 @@
 import pytest
 import torch
 
-from cpcourse.generate import initial_noise
+from cpcourse.course.testing import assert_close
 from cpcourse.rope import rope_3d
-from cpcourse.testing import assert_close
+from cpcourse.sampling import initial_noise
 
 DIMS = ("B", "H", "T", "S", "D")
 

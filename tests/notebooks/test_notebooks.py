@@ -21,7 +21,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from cpcourse.proctree import stop_tree
+from cpcourse.launch.proctree import stop_tree
 
 ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9]*.ipynb"))

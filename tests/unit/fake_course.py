@@ -79,7 +79,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cpcourse.testing import assert_close
+from cpcourse.course.testing import assert_close
 
 
 @pytest.mark.ex("99.1")

@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse import attention as A
-from cpcourse.errors import InputError
+from cpcourse.support.errors import InputError
 
 CPU_BACKENDS = ("cpu-flash", "torch")
 LOW = (torch.float32, torch.float16, torch.bfloat16)

@@ -10,8 +10,9 @@ import json
 
 import pytest
 
-from cpcourse import bench_kernel, cli
-from cpcourse.errors import InputError
+from cpcourse import cli
+from cpcourse.bench import kernel as bench_kernel
+from cpcourse.support.errors import InputError
 
 IMPLS = ("attention_with_lse", "sdpa", "naive")
 

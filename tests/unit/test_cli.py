@@ -78,7 +78,7 @@ def test_console_script_exit_status():
 
 
 def test_doctor_json():
-    from cpcourse.doctor import diagnose
+    from cpcourse.cli.doctor import diagnose
 
     r = diagnose(run_gloo=True)
     assert r["torch"] and r["gloo_allreduce"]["ok"], r

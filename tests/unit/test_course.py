@@ -11,8 +11,8 @@ import sys
 import pytest
 from fake_course import edit_as_learner, make_course
 
-from cpcourse import course
-from cpcourse.errors import InputError
+from cpcourse.course import exercises as course
+from cpcourse.support.errors import InputError
 
 
 @pytest.fixture
@@ -111,7 +111,7 @@ def test_real_course_exercise_runs_on_stubs(capsys, monkeypatch):
     monkeypatch.delenv("CPCOURSE_ROOT", raising=False)
     monkeypatch.delenv("CPCOURSE_IMPL", raising=False)
     import cpcourse
-    from cpcourse.stubs import course_root
+    from cpcourse.course.stubs import course_root
 
     stub = (course_root() / "exercises" / "ex00_tokens.py").read_text()
     assert cpcourse.exercise("00.1")(720, 1280, 120) == 432_000

@@ -3,10 +3,11 @@
 import pytest
 import torch
 
+from cpcourse.cli.generate import main
 from cpcourse.dit import DiTConfig, build_model, patchify, unpatchify
 from cpcourse.dit_costs import peak_phase, phase_elements, predicted_peak_bytes
-from cpcourse.errors import InputError
-from cpcourse.generate import initial_noise, main, sample
+from cpcourse.sampling import initial_noise, sample
+from cpcourse.support.errors import InputError
 
 
 def test_patchify_round_trip_and_token_order():

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from fake_course import edit_as_learner, make_course
 
-from cpcourse import grading
-from cpcourse.errors import InputError
-from cpcourse.panels import render_html, render_table, render_text
+from cpcourse.course import grading
+from cpcourse.course.panels import render_html, render_table, render_text
+from cpcourse.support.errors import InputError
 
 LEARNED = ["99.1", "99.2", "99.3", "99.5", "99.6"]  # everything but the infinite loop
 
@@ -120,7 +120,7 @@ def test_bad_input_is_an_input_error(course, monkeypatch):
 
 def test_panels_say_what_to_do(learner_grade, course, monkeypatch):
     monkeypatch.setenv("CPCOURSE_ROOT", str(course))
-    from cpcourse.stubs import get_exercise
+    from cpcourse.course.stubs import get_exercise
 
     failed = grading.ExerciseResult(
         get_exercise("99.2"), "exercises", "failed",
@@ -188,11 +188,12 @@ def test_graded_test_without_marker_is_refused(tmp_path):
 
 def test_a_ranks_stub_error_counts_as_the_stub(course):
     """cpcourse.launch re-raises a rank's error as RankError, its traceback as text."""
-    from cpcourse.stubs import stub_error_id
+    from cpcourse.course.stubs import stub_error_id
 
     class RankError(Exception):
         exc_type, message = "NotImplementedError", "Exercise 99.3 triple: read notebook 99."
-        traceback = (f'Traceback (most recent call last):\n  File "/x/_entry.py", line 9, in run\n'
+        traceback = ('Traceback (most recent call last):\n'
+                     '  File "/x/launch/entry.py", line 9, in run\n'
                      f'  File "{course}/exercises/ex99_fake.py", line 30, in triple\n')
 
     assert stub_error_id(RankError(), course) == "99.3"

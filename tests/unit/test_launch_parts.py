@@ -13,9 +13,9 @@ import uuid
 import pytest
 
 from cpcourse import launch as L
-from cpcourse import launch_errors as E
-from cpcourse.errors import InputError
-from cpcourse.proctree import alive, descendants, end_tree, identify, marked
+from cpcourse.launch import errors as E
+from cpcourse.launch.proctree import alive, descendants, end_tree, identify, marked
+from cpcourse.support.errors import InputError
 
 linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
@@ -23,8 +23,8 @@ linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /
 @pytest.mark.parametrize("target, nproc, timeout, what", [
     ("no/such/file.py", 2, 10, "no such file"),
     ("no_such_module_without_colon", 2, 10, "no such file"),
-    ("cpcourse._entry:rank_info", 0, 10, "nproc must be > 0"),
-    ("cpcourse._entry:rank_info", 2, -1, "timeout must be a positive"),
+    ("cpcourse.launch.entry:rank_info", 0, 10, "nproc must be > 0"),
+    ("cpcourse.launch.entry:rank_info", 2, -1, "timeout must be a positive"),
 ])
 def test_bad_arguments_fail_before_anything_starts(target, nproc, timeout, what):
     with pytest.raises(InputError, match=what):
@@ -44,7 +44,7 @@ Current thread 0x00007f00 (most recent call first):
   File "/venv/lib/python3.11/site-packages/torch/distributed/c10d_logger.py", line 83 in wrapper
   File "{user}", line 3 in <module>
   File "<frozen runpy>", line 88 in _run_code
-  File "/work/cpcourse/_entry.py", line 150 in _run_rank
+  File "/work/cpcourse/launch/entry.py", line 150 in _run_rank
 """
 
 

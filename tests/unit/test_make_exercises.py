@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse.errors import InputError
-from cpcourse.stubs import make_stub, parse_solution, registry
+from cpcourse.course.stubs import make_stub, parse_solution, registry
+from cpcourse.support.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))

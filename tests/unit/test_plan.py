@@ -2,8 +2,8 @@
 
 import pytest
 
-from cpcourse.errors import InputError
 from cpcourse.plan import plan
+from cpcourse.support.errors import InputError
 
 
 def test_cosmos_on_two_nodes_spans_them_with_cfg_not_tp():

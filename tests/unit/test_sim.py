@@ -9,7 +9,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse.attention import attention_with_lse, merge_attention, reference_attention
-from cpcourse.errors import InputError
 from cpcourse.sim import (
     block_grid,
     bytes_sent,
@@ -17,6 +16,7 @@ from cpcourse.sim import (
     simulate_ring,
     timeline,
 )
+from cpcourse.support.errors import InputError
 
 
 def _qkv(b, h, lq, lk, d, seed, dtype=torch.float64):

@@ -10,7 +10,7 @@ import math
 import pytest
 import torch
 
-from cpcourse.testing import assert_close, sequence_coords, shard_bounds
+from cpcourse.course.testing import assert_close, sequence_coords, shard_bounds
 
 
 def report(actual, expected, **kw) -> str:

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cpcourse import tokens
-from cpcourse.errors import InputError
+from cpcourse.support.errors import InputError
 
 FACTS = tokens.facts()
 

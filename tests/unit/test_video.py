@@ -8,9 +8,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cpcourse import video, video_costs
-from cpcourse.errors import InputError
+from cpcourse.course.testing import assert_close
 from cpcourse.rope import rope_3d, rope_angles, rope_split
-from cpcourse.testing import assert_close
+from cpcourse.support.errors import InputError
 
 
 def _brute(q, k, v, same):

@@ -1,0 +1,40 @@
+"""cpcourse bench NAME [--json] ...: benchmarks, one module each, every ratio measured in one run.
+
+    cpcourse bench kernel --json          # attention_with_lse vs fused SDPA vs naive
+    cpcourse bench ring --nproc 2 --json  # ring variants vs all-gather, Ulysses, torch CP
+    cpcourse bench launch --json          # launch(): start-up, error latency, orphans
+
+Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+from cpcourse.support.errors import InputError
+
+BENCHMARKS = {
+    "kernel": "attention_with_lse against fused SDPA and naive attention, several L",
+    "ring": "overlapped / blocking / all-gather ring, Ulysses, torch CP, one-process fused",
+    "launch": "launch(): start-up time, error latency, processes left after a kill",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: cpcourse bench {" + ",".join(BENCHMARKS) + "} [--json] ...")
+        for name, what in BENCHMARKS.items():
+            print(f"  {name:8s} {what}")
+        return 0
+    name, rest = argv[0], argv[1:]
+    if name not in BENCHMARKS:
+        raise InputError(f"unknown benchmark {name!r}: use one of {', '.join(BENCHMARKS)}")
+    try:
+        module = importlib.import_module(f"cpcourse.bench.{name}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"cpcourse.bench.{name}":
+            raise
+        raise InputError(f"benchmark {name!r} is not part of this version of cpcourse") from None
+    return int(module.main(rest) or 0)

@@ -1,0 +1,318 @@
+"""Benchmark: the ring (overlapped, blocking), all-gather, Ulysses, torch's context parallel and
+one-process fused attention, in ONE launch on the same inputs.
+
+    cpcourse bench ring --nproc 2 --json
+    cpcourse bench ring --nproc 4 --seq-len 4096 --heads 8 --head-dim 64
+    cpcourse bench ring --quick --json         # seconds, for tests
+
+Every rank builds the same seeded q, k, v `[1, H, L, D]` (float32) and keeps its shard. Each
+method runs once to warm up, then `--repeats` times, interleaved (A B C ..., then reversed) so a
+noisy neighbour hits all alike; a run's time is the slowest rank's (all-reduce MAX) after a
+barrier, and the median is reported. Ranks use one thread each; the one-process baseline runs
+on rank 0 alone with P threads (the same cores). torch's `context_parallel` + SDPA (CPU/gloo,
+non-causal, load balancing off) is skipped when L % P != 0, where it aborts the process.
+Also reported: per ring step, compute and time in communication calls (overlapped: the exposed
+part; blocking: all of it), the share of communication the overlap hid, and the peak tensor
+memory per rank (`cpcourse.memory.peak_memory`) against `predicted_peak_bytes`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import statistics
+import sys
+import time
+
+from cpcourse.support.errors import ArgumentParser, positive_int, require
+
+METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
+LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)",
+          "allgather": "all-gather K/V", "ulysses": "Ulysses (all-to-all)",
+          "torch_cp": "torch context_parallel", "fused": "one process, fused"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="cpcourse bench ring", description=__doc__.split("\n")[0])
+    p.add_argument("--nproc", type=int, default=2)
+    p.add_argument("--seq-len", type=int, default=16384)
+    p.add_argument("--heads", type=int, default=8)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--timeout", type=float, default=600.0)
+    p.add_argument("--methods", default=",".join(METHODS),
+                   help="comma-separated subset of " + ",".join(METHODS))
+    p.add_argument("--quick", action="store_true", help="L=1024, one repeat: for tests")
+    p.add_argument("--compute-only", action="store_true",
+                   help="no processes: P virtual ranks' blockwise attention + merge on one "
+                        "device against one fused call over the whole sequence")
+    p.add_argument("--device", default=None, help="for --compute-only: cpu or cuda")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head_dim: int,
+                         elem: int = 4) -> int | None:
+    """Tensor bytes a rank allocates at peak in each method, counted from the algorithm.
+
+    Unit: one token of one tensor over all heads, `H * D * elem` bytes; Lr = ceil(L / P).
+    ring: two K/V receive buffers, 4 Lr (the cost model's `ring_kv_bytes_held_per_rank`), plus,
+    while merging, the running output, the block's output, merge_attention's four output-sized
+    temporaries (two masked copies, two weighted ones) and its result (7 Lr), and lse rows.
+    all-gather: the padded local K/V (2 Lr), the gathered buffer (2 P Lr) and the whole K/V cut
+    out of it (2 L). Ulysses, while moving to heads: packed q, k, v
+    (3 Lr), its send layout (3 Lr), the received pieces (3 Lr) and their concatenation (3 Lr).
+    fused: the output and its lse. torch_cp: None (DTensor's internals are not modelled).
+    """
+    if method == "torch_cp":
+        return None
+    lr = -(-seq_len // world)
+    tok, lse = heads * head_dim * elem, heads * 4
+    if world == 1 or method == "fused":
+        return seq_len * (tok + lse)
+    if method in ("ring_overlap", "ring_blocking"):
+        return 11 * lr * tok + 6 * lr * lse
+    if method == "allgather":
+        return (2 * lr + 2 * world * lr + 2 * seq_len) * tok
+    return 12 * lr * tok  # ulysses
+
+
+def bench_rank(spec: dict) -> dict:
+    """What each rank runs: every method, warmed up, timed, memory-measured."""
+    import torch
+    import torch.distributed as dist
+
+    from cpcourse.attention import attention_with_lse
+    from cpcourse.dist import shard
+    from cpcourse.memory import peak_memory
+    from cpcourse.ring import ring_attention
+    from cpcourse.ulysses import ulysses_attention
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(0)
+    shape = (1, spec["heads"], spec["seq_len"], spec["head_dim"])
+    whole = [torch.randn(shape, generator=g) for _ in range(3)]
+    mine = [shard(x, rank, world) for x in whole]
+    stats: dict[str, list] = {}
+
+    def ring(mode):
+        def run(_state):
+            stats[f"ring_{mode}"] = []
+            return ring_attention(*mine, mode=mode, stats=stats[f"ring_{mode}"])
+        return None, run
+
+    def fused(_state):
+        if rank != 0:
+            return None
+        torch.set_num_threads(world)  # the same cores the P ranks use
+        try:
+            return attention_with_lse(*whole)[0]
+        finally:
+            torch.set_num_threads(1)
+
+    methods = {"ring_overlap": ring("overlap"), "ring_blocking": ring("blocking"),
+               "allgather": (None, lambda _s: ring_attention(*mine, mode="allgather")),
+               "ulysses": (None, lambda _s: ulysses_attention(*mine)),
+               "torch_cp": (_torch_cp_prepare, lambda s: s[1](*s[2])),
+               "fused": (None, fused)}
+    skipped = {m: "not selected (--methods)" for m in METHODS if m not in spec["methods"]}
+    if spec["heads"] % world:
+        skipped["ulysses"] = f"{spec['heads']} heads are not divisible by P={world}"
+    if spec["seq_len"] % world:
+        skipped["torch_cp"] = "L % P != 0: torch's context_parallel aborts on uneven shards"
+    active = [m for m in METHODS if m not in skipped]
+
+    def once(name, measure_memory=False):
+        prepare, run = methods[name]
+        state = prepare(whole, world) if prepare else None
+        try:
+            dist.barrier()
+            start = time.perf_counter()
+            if measure_memory:
+                out, peak = peak_memory(run, state)
+            else:
+                out, peak = run(state), None
+            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
+            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+            return out, float(elapsed), peak
+        finally:
+            if state is not None:
+                state[0].close()
+
+    outputs, peaks, first = {}, {}, {}
+    with torch.no_grad():
+        for name in active:  # warm-up and outputs; then memory (the instrumented run is untimed)
+            outputs[name], first[name], _ = once(name)
+            peaks[name] = once(name, measure_memory=True)[2]
+        times = {name: [] for name in active}
+        kept = {name: [] for name in ("ring_overlap", "ring_blocking")}
+        for rep in range(spec["repeats"]):
+            for name in (active if rep % 2 == 0 else active[::-1]):
+                times[name].append(once(name)[1])
+                if name in kept:
+                    kept[name].append(stats[name])
+    errors = {}
+    if rank == 0:  # against the fused output over the whole sequence, on rank 0's part
+        full, hp = outputs["fused"], spec["heads"] // world
+        for name, out in outputs.items():
+            if name == "fused":
+                want = full
+            elif out.shape[1] == spec["heads"]:  # a sequence shard (ours)
+                want = shard(full, 0, world)
+            else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
+                want = full[:, :hp]
+            errors[name] = float((out - want).abs().max()) if out.numel() else 0.0
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    steps = {}
+    for name, runs in kept.items():  # the stats of the run whose time was the median
+        order = sorted(range(len(runs)), key=lambda i: times[name][i])
+        steps[name] = runs[order[len(order) // 2]]
+    layout = None
+    if "torch_cp" in outputs:
+        layout = "sequence" if outputs["torch_cp"].shape[1] == spec["heads"] else "heads"
+    return {"rank": rank, "seconds": medians, "all_seconds": times, "peak_bytes": peaks,
+            "first_call_seconds": first, "max_abs_diff_vs_fused": errors, "steps": steps,
+            "skipped": skipped, "torch_cp_output_layout": layout}
+
+
+_MESHES: dict = {}
+
+
+def _torch_cp_prepare(whole, world):
+    """Enter torch's context_parallel for fresh copies of the whole q, k, v (it shards them)."""
+    import torch.nn.functional as F
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.experimental import context_parallel
+    from torch.distributed.tensor.experimental._attention import _cp_options
+
+    _cp_options.enable_load_balance = False  # load balancing is for causal masks; it raises here
+    # On CPU, DTensor moves sequence -> heads by all-gather + chunk, and warns once per rank.
+    logging.getLogger("torch.distributed.tensor._collective_utils").setLevel(logging.ERROR)
+    if world not in _MESHES:  # one mesh (a new process group) per run, not per call
+        _MESHES[world] = init_device_mesh("cpu", (world,))
+    mesh = _MESHES[world]
+    bufs = [x.clone() for x in whole]
+    stack = contextlib.ExitStack()
+    stack.enter_context(context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2, 2, 2],
+                                         no_restore_buffers=set(bufs)))
+    return stack, F.scaled_dot_product_attention, bufs
+
+
+def summarize(spec: dict, results: list[dict]) -> dict:
+    """One report from the ranks' dicts: times, ratios, steps, hidden share, memory."""
+    r0, world = results[0], spec["nproc"]
+    seconds = r0["seconds"]
+    fused, tcp = seconds.get("fused"), seconds.get("torch_cp")
+    methods = {}
+    for name in METHODS:
+        if name in r0["skipped"]:
+            methods[name] = {"skipped": r0["skipped"][name]}
+            continue
+        peaks = [r["peak_bytes"][name] for r in results]
+        methods[name] = {
+            "seconds": seconds[name], "repeats": r0["all_seconds"][name],
+            "ratio_vs_fused": seconds[name] / fused if fused else None,
+            "ratio_vs_torch_cp": seconds[name] / tcp if tcp else None,
+            "peak_bytes_per_rank": max(peaks) if name != "fused" else peaks[0],
+            "predicted_peak_bytes": predicted_peak_bytes(name, spec["seq_len"], world,
+                                                         spec["heads"], spec["head_dim"]),
+            "first_call_seconds": r0["first_call_seconds"][name],
+            "max_abs_diff_vs_fused": r0["max_abs_diff_vs_fused"][name]}
+    steps = []
+    for step in range(world):
+        row = {"step": step}
+        for name in ("ring_overlap", "ring_blocking"):
+            mine = [s for r in results for s in r["steps"][name] if s["step"] == step]
+            row[f"{name}_compute_s"] = max(s["compute_s"] for s in mine)
+            row[f"{name}_comm_s"] = max(s["comm_s"] for s in mine)
+        row["bytes_sent_per_rank"] = max(s["bytes_sent"] for r in results
+                                         for s in r["steps"]["ring_overlap"] if s["step"] == step)
+        steps.append(row)
+    exposed = sum(r["ring_overlap_comm_s"] for r in steps)
+    full = sum(r["ring_blocking_comm_s"] for r in steps)
+    hidden = max(0.0, 1.0 - exposed / full) if full > 0 else None
+    over, block = seconds["ring_overlap"], seconds["ring_blocking"]
+    return {"nproc": world, "seq_len": spec["seq_len"], "heads": spec["heads"],
+            "head_dim": spec["head_dim"], "dtype": "float32", "batch": 1, "backend": "gloo",
+            "threads_per_rank": 1, "fused_threads": world, "repeats": spec["repeats"],
+            "methods": methods, "steps": steps, "comm_hidden_share": hidden,
+            "torch_cp_output_layout": r0["torch_cp_output_layout"],
+            "targets": {
+                "overlap_vs_fused_max_ratio": 1.05,
+                "overlap_within_fused_x1.05": bool(fused and over <= 1.05 * fused),
+                "overlap_no_slower_than_torch_cp": (bool(over <= tcp) if tcp else None),
+                "overlap_faster_than_blocking": over < block}}
+
+
+def _text(rep: dict) -> str:
+    lines = [f"cpcourse bench ring: P={rep['nproc']} L={rep['seq_len']} H={rep['heads']} "
+             f"D={rep['head_dim']} float32, gloo, 1 thread per rank (fused: "
+             f"{rep['fused_threads']} threads), median of {rep['repeats']}",
+             f"{'method':<26}{'seconds':>9}{'/fused':>8}{'/torchCP':>9}{'peak MB':>9}"
+             f"{'pred MB':>9}{'max diff':>10}"]
+    if "seconds" in rep["methods"]["torch_cp"]:
+        tcp = rep["methods"]["torch_cp"]
+        notes = [f"torch context_parallel: first call {tcp['first_call_seconds']:.1f} s "
+                 f"(DTensor sharding propagation), output sharded by "
+                 f"{rep['torch_cp_output_layout']}"]
+    else:
+        notes = []
+    for name, m in rep["methods"].items():
+        if "skipped" in m:
+            lines.append(f"{LABELS[name]:<26}  skipped: {m['skipped']}")
+            continue
+        ratio = lambda x: f"{x:8.2f}" if x is not None else f"{'-':>8}"  # noqa: E731
+        pred_mb = lambda x: f"{x / 1e6:9.1f}" if x is not None else f"{'-':>9}"  # noqa: E731
+        lines.append(f"{LABELS[name]:<26}{m['seconds']:9.3f}{ratio(m['ratio_vs_fused'])}"
+                     f"{ratio(m['ratio_vs_torch_cp'])} {m['peak_bytes_per_rank'] / 1e6:8.1f}"
+                     f"{pred_mb(m['predicted_peak_bytes'])}{m['max_abs_diff_vs_fused']:10.1e}")
+    lines.append(f"{'step':>4}{'compute ms':>12}{'exposed comm ms':>17}{'blocking comm ms':>18}"
+                 f"{'MB sent/rank':>14}")
+    for s in rep["steps"]:
+        lines.append(f"{s['step']:>4}{1e3 * s['ring_overlap_compute_s']:12.1f}"
+                     f"{1e3 * s['ring_overlap_comm_s']:17.1f}"
+                     f"{1e3 * s['ring_blocking_comm_s']:18.1f}"
+                     f"{s['bytes_sent_per_rank'] / 1e6:14.2f}")
+    hidden = rep["comm_hidden_share"]
+    lines.append("communication hidden by overlap: "
+                 + (f"{100 * hidden:.0f}%" if hidden is not None else "n/a (P = 1)"))
+    lines.append("targets: " + ", ".join(f"{k}={v}" for k, v in rep["targets"].items()))
+    return "\n".join(lines + notes)
+
+
+def main(argv: list[str]) -> int:
+    from cpcourse.launch import launch
+
+    args = _parser().parse_args(argv)
+    spec = {"nproc": positive_int("--nproc", args.nproc),
+            "seq_len": 1024 if args.quick else positive_int("--seq-len", args.seq_len),
+            "heads": positive_int("--heads", args.heads),
+            "head_dim": positive_int("--head-dim", args.head_dim),
+            "repeats": 1 if args.quick else positive_int("--repeats", args.repeats),
+            "methods": [m.strip() for m in args.methods.split(",") if m.strip()]}
+    unknown = sorted(set(spec["methods"]) - set(METHODS))
+    require(not unknown, f"--methods: unknown {', '.join(unknown)}; choose from "
+            f"{', '.join(METHODS)}")
+    require({"ring_overlap", "ring_blocking", "fused"} <= set(spec["methods"]),
+            "--methods must include ring_overlap, ring_blocking and fused (what the others are "
+            "compared with)")
+    if args.compute_only:
+        import torch
+
+        device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        require(device in ("cpu", "cuda"), f"--device must be cpu or cuda, got {device!r}")
+        require(device == "cpu" or torch.cuda.is_available(), "--device cuda: no CUDA here")
+        from cpcourse.sim import compute_path
+
+        rep = compute_path(spec["seq_len"], spec["nproc"], spec["heads"], spec["head_dim"],
+                           device, spec["repeats"])
+        print(json.dumps(rep) if args.json else "\n".join(f"{k}: {v}" for k, v in rep.items()))
+        return 0
+    results = launch("cpcourse.bench.ring:bench_rank", spec["nproc"], timeout=args.timeout,
+                     args=(spec,), threads=1, pg_timeout=max(60.0, args.timeout / 2),
+                     stream=lambda line: print(line, end="", file=sys.stderr, flush=True))
+    report = summarize(spec, sorted(results, key=lambda r: r["rank"]))
+    print(json.dumps(report) if args.json else _text(report))
+    return 0

@@ -1,0 +1,130 @@
+"""`cpcourse generate`: sample the tiny video DiT on P processes and save the latents.
+
+    cpcourse generate --nproc 2 --seed 0 --save /tmp/sample.pt --json
+
+The sampler is a few Euler steps of a rectified flow (x_1 = noise, x_0 = sample,
+x <- x + (t_next - t) * v) with classifier-free guidance: the conditional and unconditional
+passes run as one batch of 2B, v = v_uncond + cfg * (v_cond - v_uncond). Noise is drawn for the
+whole video from the seed on every rank and each rank keeps its frames, so the sample does not
+depend on P. Every rank measures its peak tensor memory (`cpcourse.memory`) and its time per
+step; the report sets the peak beside `cpcourse.dit_costs.predicted_peak_bytes`.
+The saved file is the latent tensor `[B, C, T, Hl, Wl]` (`torch.load(path)`); a `.json` report
+is written beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import torch
+
+from cpcourse.dit import ATTENTIONS, DiTConfig
+from cpcourse.sampling import DTYPES
+from cpcourse.support.errors import InputError, positive_float, positive_int, require
+from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
+
+
+def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16,
+                 width: int = 16, batch: int = 1, steps: int = 4, cfg_scale: float = 4.0,
+                 label: int = 3, attention: str = "factored", temporal_method: str = "all_to_all",
+                 full_method: str = "ring", dtype: str = "fp32", weight_seed: int = 0,
+                 model: dict | None = None, timeout: float = 120.0, stream=False) -> dict:
+    """Sample on `nproc` processes; returns {"latents": [B, C, T, Hl, Wl], "report": {...}}."""
+    from cpcourse.launch import launch
+
+    nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
+    require(attention in ATTENTIONS, f"--attention must be one of {ATTENTIONS}")
+    require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
+    require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
+    require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+    require(nproc <= frames, f"--nproc {nproc} is more than the {frames} latent frames to split: "
+            f"use --nproc {frames} or fewer, or more --frames")
+    cfg = DiTConfig(**{**(model or {}), "attention": attention})
+    require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
+    for name, val in (("--height", height), ("--width", width)):
+        require(positive_int(name, val) % cfg.patch == 0,
+                f"{name} {val} must be a multiple of the patch size {cfg.patch}")
+    spec = {"model": cfg.as_dict(), "dtype": dtype, "weight_seed": weight_seed, "seed": seed,
+            "shape": [positive_int("--batch", batch), cfg.in_channels, frames, height, width],
+            "steps": positive_int("--steps", steps), "cfg_scale": float(cfg_scale),
+            "label": label, "temporal_method": temporal_method, "full_method": full_method}
+    results = launch("cpcourse.sampling:generate_rank", nproc, timeout=timeout, args=(spec,),
+                     stream=stream)
+    latents = torch.cat([r["frames"] for r in results], dim=2)
+    steps_s = [max(r["step_seconds"][i] for r in results) for i in range(steps)]
+    report = {"nproc": nproc, "seed": seed, "shape": spec["shape"], "dtype": dtype,
+              "attention": attention, "temporal_method": temporal_method,
+              "full_method": full_method, "steps": steps, "cfg_scale": float(cfg_scale),
+              "frames_per_rank": [r["frames"].shape[2] for r in results],
+              "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
+              "predicted_peak_bytes_per_rank": [int(r["predicted_peak_bytes"]) for r in results],
+              "seconds_per_step": sorted(steps_s)[len(steps_s) // 2],
+              "launch_seconds": round(results.seconds, 3),
+              "latent_abs_mean": float(latents.abs().mean()), "model": cfg.as_dict()}
+    worst = max(abs(m / p - 1) for m, p in zip(report["peak_bytes_per_rank"],
+                                               report["predicted_peak_bytes_per_rank"],
+                                               strict=True))
+    report["peak_vs_predicted_worst_rel_err"] = worst
+    return {"latents": latents, "report": report}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from cpcourse.support.errors import ArgumentParser
+
+    p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
+    p.add_argument("--nproc", type=int, default=2, help="processes (CP degree), default 2")
+    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    p.add_argument("--save", default=None, help="write the latents here (torch.load reads it)")
+    p.add_argument("--frames", type=int, default=8, help="latent frames T")
+    p.add_argument("--height", type=int, default=16, help="latent height")
+    p.add_argument("--width", type=int, default=16, help="latent width")
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--cfg", type=float, default=4.0, help="guidance scale")
+    p.add_argument("--label", type=int, default=3, help="class id to condition on")
+    p.add_argument("--attention", choices=ATTENTIONS, default="factored")
+    p.add_argument("--temporal", choices=TEMPORAL_METHODS, default="all_to_all")
+    p.add_argument("--full", choices=FULL_METHODS, default="ring")
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
+    p.add_argument("--compare", default=None, help="a saved sample: report the max difference")
+    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    positive_float("--timeout", args.timeout)
+    res = run_generate(args.nproc, args.seed, frames=args.frames, height=args.height,
+                       width=args.width, steps=args.steps, cfg_scale=args.cfg, label=args.label,
+                       attention=args.attention, temporal_method=args.temporal,
+                       full_method=args.full, dtype=args.dtype, timeout=args.timeout,
+                       stream=False if args.json else True)
+    report, latents = res["report"], res["latents"]
+    if args.compare:
+        try:
+            other = torch.load(args.compare, weights_only=True)
+        except (OSError, RuntimeError) as exc:
+            raise InputError(f"--compare {args.compare}: cannot read it ({exc})") from None
+        require(isinstance(other, torch.Tensor) and other.shape == latents.shape,
+                f"--compare {args.compare} holds no latents of shape {tuple(latents.shape)}")
+        report["max_abs_diff_vs_compare"] = float((other - latents).abs().max())
+    if args.save:
+        torch.save(latents, args.save)
+        with open(args.save + ".json", "w") as fh:
+            json.dump(report, fh, indent=1)
+        report["saved"] = args.save
+    if args.json:
+        print(json.dumps(report))
+        return 0
+    mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
+    print(f"sampled {report['shape']} on {args.nproc} process(es), frames per rank "
+          f"{report['frames_per_rank']}, {report['seconds_per_step'] * 1e3:.1f} ms per step")
+    for r, (m, p) in enumerate(zip(report["peak_bytes_per_rank"],
+                                   report["predicted_peak_bytes_per_rank"], strict=True)):
+        print(f"  rank {r}: peak tensor memory {mb(m)} measured, {mb(p)} predicted")
+    if "max_abs_diff_vs_compare" in report:
+        print(f"  max |difference| vs {args.compare}: {report['max_abs_diff_vs_compare']:.3g}")
+    if args.save:
+        print(f"  saved {args.save} (and {args.save}.json)")
+    return 0

@@ -1,0 +1,292 @@
+"""Grading: `check("00.1")` in a notebook cell, `cpcourse grade` in a shell.
+
+    cpcourse grade --impl solutions --json
+
+Both run the graded tests (tests/graded, selected by exercise id) in a pytest subprocess with a
+time limit, so a learner's infinite loop or deadlock ends in "timed out after N s" and the whole
+process tree is stopped. Outcomes come back test by test through this module, loaded into that
+pytest as a plugin (`-p cpcourse.course.grading`), which appends one JSON line per event to the file
+named by $CPCOURSE_GRADE_LOG; a killed run still leaves the lines written before it died.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cpcourse.course.exercises import impl_from_env
+from cpcourse.course.exercises import show as show_notice
+from cpcourse.course.stubs import Exercise, course_root, get_exercise, registry, stub_error_id
+from cpcourse.launch.proctree import stop_tree
+from cpcourse.support.errors import ArgumentParser, InputError
+
+DEFAULT_CHECK_TIMEOUT = 120.0
+DEFAULT_GRADE_TIMEOUT = 600.0
+
+
+@dataclass
+class TestOutcome:
+    nodeid: str
+    exercise: str
+    outcome: str = "not run"    # passed, failed, error, skipped, not run
+    message: str = ""           # the failure, as the learner should read it
+    not_implemented: str | None = None   # the exercise id of the stub it ran into, if any
+    seconds: float = 0.0
+
+    @property
+    def name(self) -> str:
+        return self.nodeid.split("::", 1)[-1]
+
+
+@dataclass
+class ExerciseResult:
+    """One exercise's grade. `passed` is True only when every one of its tests passed."""
+
+    exercise: Exercise
+    impl: str
+    status: str                  # passed, failed, not implemented, timed out, no tests, error
+    tests: list[TestOutcome] = field(default_factory=list)
+    detail: str = ""             # for timed out / error: what happened
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.status == "passed"
+
+    @property
+    def failures(self) -> list[TestOutcome]:
+        return [t for t in self.tests if t.outcome in ("failed", "error")]
+
+    @property
+    def first_failure(self) -> str:
+        if self.detail:
+            return self.detail
+        first = next(iter(self.failures), None)
+        return f"{first.name}: {first.message}" if first else ""
+
+    def as_dict(self) -> dict:
+        ex = self.exercise
+        return {"id": ex.id, "title": ex.title, "module": ex.module, "function": ex.function,
+                "status": self.status, "passed": self.passed,
+                "tests": len(self.tests), "tests_passed": sum(t.outcome == "passed"
+                                                              for t in self.tests),
+                "first_failure": self.first_failure, "seconds": round(self.seconds, 3)}
+
+    def __repr__(self) -> str:
+        return f"<check {self.exercise.id}: {self.status}>"
+
+
+# ---- the plugin side: runs inside the pytest subprocess ------------------------------------
+
+_STUBS: dict[tuple[str, str], str | None] = {}  # (nodeid, phase) -> stub's exercise id
+
+def _log(event: dict) -> None:
+    path = os.environ.get("CPCOURSE_GRADE_LOG")
+    if path:
+        with open(path, "a") as f:
+            f.write(json.dumps(event) + "\n")
+
+
+def pytest_collection_finish(session):
+    for item in session.items:
+        mark = item.get_closest_marker("ex")
+        if mark and mark.args:
+            _log({"event": "collected", "nodeid": item.nodeid, "ex": mark.args[0]})
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _log({"event": "start", "nodeid": nodeid})
+
+
+def pytest_runtest_makereport(item, call):
+    """Note on the report whether the test died of an untouched stub (any exercise's)."""
+    if call.excinfo is not None:
+        _STUBS[(item.nodeid, call.when)] = stub_error_id(call.excinfo.value)
+
+
+def pytest_runtest_logreport(report):
+    if report.when != "call" and report.outcome == "passed":
+        return
+    crash = getattr(report.longrepr, "reprcrash", None)
+    message = crash.message if crash is not None else report.longreprtext
+    if report.skipped and isinstance(report.longrepr, tuple):
+        message = str(report.longrepr[-1])
+    stub = _STUBS.pop((report.nodeid, report.when), None)
+    _log({"event": "report", "nodeid": report.nodeid, "when": report.when,
+          "outcome": report.outcome, "message": message[:2000], "stub": stub,
+          "seconds": report.duration})
+
+
+# ---- the caller side ---------------------------------------------------------------------
+
+@dataclass
+class _Run:
+    outcomes: dict[str, TestOutcome]
+    running: str | None
+    timed_out: bool
+    returncode: int | None
+    output: str
+    seconds: float
+
+
+def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) -> _Run:
+    fd, log = tempfile.mkstemp(prefix="cpcourse-grade-", suffix=".jsonl")
+    os.close(fd)
+    cmd = [sys.executable, "-m", "pytest", "tests/graded", "-p", "cpcourse.course.grading",
+           "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--impl", impl]
+    for ex_id in ids or []:
+        cmd += ["--ex", ex_id]
+    env = {**os.environ, "CPCOURSE_GRADE_LOG": log, "CPCOURSE_ROOT": str(root),
+           "PYTHONUNBUFFERED": "1"}
+    env.pop("CPCOURSE_STRICT_CHECKS", None)
+    start = time.monotonic()
+    proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            start_new_session=True, text=True, errors="replace")
+    chunks: list[str] = []
+    # A reader thread: an orphaned grandchild may hold the pipe open after pytest is gone.
+    reader = threading.Thread(target=lambda: chunks.extend(proc.stdout), daemon=True)
+    reader.start()
+    timed_out = False
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+    finally:  # also on KeyboardInterrupt (the learner pressed stop): no orphans, no litter
+        stop_tree(proc, interrupt_first=True)
+        reader.join(timeout=2)
+        text = Path(log).read_text()
+        os.unlink(log)
+    seconds = time.monotonic() - start
+    outcomes, running = {}, None
+    events = [json.loads(line) for line in text.splitlines() if line.strip()]
+    for ev in events:
+        node = ev["nodeid"]
+        if ev["event"] == "collected":
+            outcomes[node] = TestOutcome(node, ev["ex"])
+        elif ev["event"] == "start":
+            running = node
+        elif node in outcomes:
+            t = outcomes[node]
+            t.seconds += ev["seconds"]
+            if ev["outcome"] == "failed":
+                if t.outcome != "failed":
+                    t.message, t.not_implemented = ev["message"], ev["stub"]
+                t.outcome = "failed" if ev["when"] == "call" else "error"
+            elif t.outcome == "not run":
+                t.outcome = ev["outcome"]
+            if running == node and ev["when"] in ("call", "teardown"):
+                running = None
+    return _Run(outcomes, running, timed_out, proc.returncode, "".join(chunks), seconds)
+
+
+def _where_interrupted(output: str) -> str:
+    """The learner's line pytest was in when interrupted ('exercises/ex01_attention.py:42')."""
+    hits = re.findall(r"((?:\S*/)?exercises/ex\w+\.py):(\d+)", output)
+    return f"{Path(hits[-1][0]).name}:{hits[-1][1]}" if hits else ""
+
+
+def _grade(ex: Exercise, impl: str, run: _Run, timeout: float) -> ExerciseResult:
+    tests = [t for t in run.outcomes.values() if t.exercise == ex.id]
+    res = ExerciseResult(ex, impl, "passed", tests, seconds=sum(t.seconds for t in tests))
+    unfinished = [t for t in tests if t.outcome == "not run"]
+    if run.timed_out and unfinished:
+        res.status = "timed out"
+        stuck = run.running if run.running in {t.nodeid for t in tests} else unfinished[0].nodeid
+        at = _where_interrupted(run.output)
+        res.detail = (f"timed out after {timeout:g} s in {stuck.split('::')[-1]}"
+                      + (f" (last seen at exercises/{at})" if at else "")
+                      + ": an infinite loop or a deadlock? The test processes were stopped.")
+    elif not tests:
+        if run.returncode not in (0, 1, 5):
+            res.status = "error"
+            tail = [ln for ln in run.output.strip().splitlines() if ln.strip()][-3:]
+            res.detail = "the graded tests did not run: " + " | ".join(tail)
+        else:
+            res.status = "no tests"
+            res.detail = "no graded test is marked for this exercise yet"
+    elif res.failures:
+        stubs = {t.not_implemented for t in res.failures}
+        if None in stubs:
+            res.status = "failed"
+        else:
+            res.status = "not implemented"
+            if ex.id not in stubs:
+                res.detail = (f"it builds on exercise {', '.join(sorted(stubs))}, not "
+                              "implemented yet")
+    elif unfinished or all(t.outcome == "skipped" for t in tests):
+        res.status = "error" if unfinished else "skipped"
+        res.detail = "pytest stopped before these tests ran" if unfinished else ""
+    return res
+
+
+def grade(ids: list[str] | None = None, *, impl: str | None = None, timeout: float | None = None,
+          root: Path | None = None) -> list[ExerciseResult]:
+    """Grade the exercises `ids` (all when None) in one pytest subprocess."""
+    impl = impl_from_env(impl)
+    root = (Path(root) if root else course_root()).resolve()
+    table = registry(root)
+    exercises = [get_exercise(i, root) for i in ids] if ids else list(table.values())
+    timeout = float(timeout or DEFAULT_GRADE_TIMEOUT)
+    if timeout <= 0:
+        raise InputError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    run = _run_pytest([e.id for e in exercises] if ids else None, impl, timeout, root)
+    return [_grade(ex, impl, run, timeout) for ex in exercises]
+
+
+class CheckFailed(AssertionError):
+    """Raised by check() when $CPCOURSE_STRICT_CHECKS is set (how the notebook tests run)."""
+
+
+def check(exercise_id: str, *, impl: str | None = None, timeout: float | None = None,
+          root: Path | None = None, show: bool = True) -> ExerciseResult:
+    """Run exercise `exercise_id`'s graded tests in a subprocess, show a pass/fail panel.
+
+    impl: "exercises" (yours, the default) or "solutions"; $CPCOURSE_IMPL when not given.
+    timeout: seconds before the tests are stopped (default 120, or $CPCOURSE_CHECK_TIMEOUT).
+    Returns the result: `.passed`, `.status`, `.failures`, `.first_failure`.
+    """
+    from cpcourse.course.panels import render_html, render_text
+
+    timeout = timeout or float(os.environ.get("CPCOURSE_CHECK_TIMEOUT", DEFAULT_CHECK_TIMEOUT))
+    result = grade([exercise_id], impl=impl, timeout=timeout, root=root)[0]
+    if show:
+        show_notice(render_text(result), render_html(result))
+    if not result.passed and os.environ.get("CPCOURSE_STRICT_CHECKS"):
+        raise CheckFailed(f"check({exercise_id!r}) {result.status}: {result.first_failure}")
+    return result
+
+
+def main(argv: list[str]) -> int:
+    """`cpcourse grade [--impl exercises|solutions] [--json] [--timeout S] [--ex ID ...]`."""
+    from cpcourse.course.panels import render_table
+
+    parser = ArgumentParser(prog="cpcourse grade", description="grade every exercise")
+    parser.add_argument("--impl", choices=("exercises", "solutions"), default=None,
+                        help="whose code to grade (default: $CPCOURSE_IMPL or exercises)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_GRADE_TIMEOUT,
+                        help=f"seconds for the whole run (default {DEFAULT_GRADE_TIMEOUT:g})")
+    parser.add_argument("--ex", action="append", default=None, metavar="ID",
+                        help="only these exercises (repeatable)")
+    args = parser.parse_args(argv)
+    start = time.monotonic()
+    results = grade(args.ex, impl=args.impl, timeout=args.timeout)
+    seconds = time.monotonic() - start
+    all_passed = bool(results) and all(r.passed for r in results)
+    if args.json:
+        print(json.dumps({"impl": impl_from_env(args.impl), "passed": all_passed,
+                          "exercises_passed": sum(r.passed for r in results),
+                          "exercises_total": len(results), "seconds": round(seconds, 2),
+                          "exercises": [r.as_dict() for r in results]}, indent=1))
+    else:
+        print(render_table(results, seconds))
+    return 0 if all_passed else 1

@@ -1,0 +1,257 @@
+"""Solution markers: the one source of every exercise, the stubs derived from it, the registry.
+
+    python tools/make_exercises.py --check
+
+A reference answer lives once in `solutions/exNN_topic.py`. The part a learner writes is wrapped:
+
+    # BEGIN SOLUTION 00.1 | notebook 00, "Counting tokens" | hint: T latent frames, then patches
+    ...reference code...
+    # END SOLUTION
+
+Fields are separated by `|`: the exercise id, where to read (a quoted part is the exercise's
+title), then `hint: ...`. Comment lines right after BEGIN that start with `# |` continue the
+header (for hints longer than a line). `make_stub` replaces each marked region by a
+`raise NotImplementedError("Exercise 00.1 <function>: read <where>. Hint: <hint>")` at the same
+indentation; everything else (imports, signature, the docstring that is the spec) is shared.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from cpcourse.support.errors import InputError
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN SOLUTION\s+(?P<header>.*?)\s*$")
+CONTINUE = re.compile(r"^[ \t]*#\s*\|(?P<more>.*?)\s*$")
+END = re.compile(r"^[ \t]*# END SOLUTION\s*$")
+EXERCISE_ID = re.compile(r"^\d{2}\.\d+$")
+# The first words of every stub's message; `is_stub_error` and the fallback key on them.
+STUB_MESSAGE = re.compile(r"^Exercise (?P<id>\d{2}\.\d+) (?P<function>[\w.]+): ")
+
+
+@dataclass(frozen=True)
+class Exercise:
+    """One marked region of a solution file."""
+
+    id: str          # "00.1": notebook number, then the exercise's number in it
+    module: str      # "ex00_tokens": the file stem in solutions/ and exercises/
+    function: str    # qualified name of the function holding the region ("Ring.step")
+    where: str       # where to read, e.g. 'notebook 00, "Counting tokens"'
+    hint: str
+    line: int        # the BEGIN line in the solution file (1-based)
+
+    @property
+    def title(self) -> str:
+        quoted = re.search(r'"([^"]+)"', self.where)
+        return quoted.group(1) if quoted else self.function
+
+    def stub_message(self) -> str:
+        text = f"Exercise {self.id} {self.function}: read {self.where}."
+        return text + (f" Hint: {self.hint}" if self.hint else "")
+
+
+def sort_key(exercise_id: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in exercise_id.split("."))
+
+
+def _parse_header(header: str, where_am_i: str) -> tuple[str, str, str]:
+    fields = [f.strip() for f in header.split("|")]
+    ex_id, rest = fields[0], fields[1:]
+    if not EXERCISE_ID.match(ex_id):
+        raise InputError(f"{where_am_i}: exercise id must look like 01.2, got {ex_id!r}")
+    where, hint, parts = "", "", []
+    for field in rest:
+        if field.lower().startswith("hint:"):
+            parts.append(["hint", field[5:].strip()])
+        elif not parts:
+            parts.append(["where", field])
+        else:  # a continuation line: glue it to the field before
+            parts[-1][1] = f"{parts[-1][1]} {field}".strip()
+    for key, value in parts:
+        where, hint = (value, hint) if key == "where" else (where, value)
+    if not where:
+        example = f"# BEGIN SOLUTION {ex_id} | notebook {ex_id[:2]}, \"Title\" | hint: ..."
+        raise InputError(f"{where_am_i}: say where to read, e.g. '{example}'")
+    return ex_id, where, hint
+
+
+def _enclosing_functions(tree: ast.AST) -> list[tuple[int, int, str]]:
+    """(first line, last line, qualified name) of every function, outermost first."""
+    out = []
+
+    def visit(node, prefix):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                if not isinstance(child, ast.ClassDef):
+                    out.append((child.lineno, child.end_lineno, name))
+                visit(child, name + ".")
+            else:
+                visit(child, prefix)
+
+    visit(tree, "")
+    return out
+
+
+def parse_solution(source: str, path: str | Path) -> tuple[list[Exercise], list[tuple]]:
+    """Exercises in `source` and their regions `(exercise, begin_index, end_index, indent)`.
+
+    Indices are 0-based line numbers of the BEGIN and END lines. Raises InputError on an
+    unbalanced or misplaced marker, naming the file and line.
+    """
+    path = Path(path)
+    lines = source.splitlines()
+    tree = ast.parse(source, filename=str(path))
+    functions = _enclosing_functions(tree)
+    regions, i = [], 0
+    while i < len(lines):
+        m = BEGIN.match(lines[i])
+        if END.match(lines[i]):
+            raise InputError(f"{path}:{i + 1}: END SOLUTION without a BEGIN SOLUTION above it")
+        if not m:
+            i += 1
+            continue
+        header, j = m.group("header"), i + 1
+        while j < len(lines) and CONTINUE.match(lines[j]):
+            header += " |" + CONTINUE.match(lines[j]).group("more")
+            j += 1
+        ex_id, where, hint = _parse_header(header, f"{path}:{i + 1}")
+        end = next((k for k in range(j, len(lines))
+                    if END.match(lines[k]) or BEGIN.match(lines[k])), None)
+        if end is None or BEGIN.match(lines[end]):
+            raise InputError(f"{path}:{i + 1}: BEGIN SOLUTION {ex_id} has no END SOLUTION")
+        indent = m.group("indent")
+        for k in range(j, end):
+            text = lines[k]
+            if text.strip() and len(text) - len(text.lstrip()) < len(indent):
+                raise InputError(f"{path}:{k + 1}: line {k + 1} is less indented than BEGIN "
+                                 f"SOLUTION {ex_id}: the markers must not cut across a block")
+        inside = [name for first, last, name in functions if first < i + 1 <= last]
+        if not inside:
+            raise InputError(f"{path}:{i + 1}: put the markers of {ex_id} inside a function body")
+        ex = Exercise(ex_id, path.stem, inside[-1], where, hint, i + 1)
+        regions.append((ex, i, end, m.group("indent")))
+        i = end + 1
+    exercises = [r[0] for r in regions]
+    seen = set()
+    for ex in exercises:
+        if ex.id in seen:
+            raise InputError(f"{path}:{ex.line}: exercise {ex.id} is marked twice; "
+                             "give it a new id")
+        seen.add(ex.id)
+    return exercises, regions
+
+
+def _string_lines(text: str, indent: str, width: int = 88) -> list[str]:
+    """`text` as implicitly concatenated string literals that fit the line length."""
+    words, chunks, cur = text.split(" "), [], ""
+    for w in words:
+        if cur and len(cur) + len(w) + 1 > width - len(indent) - 8:
+            chunks.append(cur + " ")
+            cur = w
+        else:
+            cur = f"{cur} {w}" if cur else w
+    chunks.append(cur)
+    quote = lambda s: '"' + s.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return [f"{indent}    {quote(c)}" for c in chunks]
+
+
+def make_stub(source: str, path: str | Path) -> str:
+    """The learner's version of a solution file: every marked region becomes a raise."""
+    lines = source.splitlines()
+    _, regions = parse_solution(source, path)
+    out, pos = [], 0
+    for ex, begin, end, indent in regions:
+        out += lines[pos:begin]
+        out.append(f"{indent}# Exercise {ex.id}: write your code here, then delete the raise.")
+        out.append(f"{indent}raise NotImplementedError(")
+        out += _string_lines(ex.stub_message(), indent)
+        out.append(f"{indent})")
+        pos = end + 1
+    out += lines[pos:]
+    stub = "\n".join(out) + "\n"
+    try:
+        ast.parse(stub)
+    except SyntaxError as exc:  # e.g. markers that cut a statement in half
+        raise InputError(f"{path}: the stub is not valid Python ({exc.msg}, line {exc.lineno}); "
+                         "wrap whole statements in the markers") from None
+    return stub
+
+
+def course_root() -> Path:
+    """The course checkout (holding solutions/, exercises/, tests/): $CPCOURSE_ROOT or the repo
+    the package was installed from (editable), else the nearest parent of the working directory."""
+    env = os.environ.get("CPCOURSE_ROOT")
+    candidates = [Path(env)] if env else []
+    candidates.append(Path(__file__).resolve().parents[1])
+    cwd = Path.cwd().resolve()
+    candidates += [cwd, *cwd.parents]
+    for c in candidates:
+        if (c / "solutions").is_dir() and (c / "exercises").is_dir():
+            return c
+    raise InputError("cannot find the course folder (with solutions/ and exercises/): "
+                     "run from inside it or set CPCOURSE_ROOT")
+
+
+def solution_files(root: Path) -> list[Path]:
+    return sorted((root / "solutions").glob("ex[0-9]*.py"))
+
+
+@cache
+def _registry_cached(root: str, stamp: tuple) -> dict[str, Exercise]:
+    table = {}
+    for path in solution_files(Path(root)):
+        for ex in parse_solution(path.read_text(), path)[0]:
+            if ex.id in table:
+                other = table[ex.id]
+                raise InputError(f"exercise {ex.id} is marked in both {other.module}.py and "
+                                 f"{ex.module}.py; give one a new id")
+            table[ex.id] = ex
+    return dict(sorted(table.items(), key=lambda kv: sort_key(kv[0])))
+
+
+def registry(root: Path | None = None) -> dict[str, Exercise]:
+    """Every exercise of the course by id, in course order, parsed from `solutions/*.py`."""
+    root = Path(root) if root else course_root()
+    stamp = tuple((p.name, p.stat().st_mtime_ns) for p in solution_files(root))
+    return _registry_cached(str(root.resolve()), stamp)
+
+
+def get_exercise(exercise_id: str, root: Path | None = None) -> Exercise:
+    table = registry(root)
+    if exercise_id not in table:
+        raise InputError(f"no exercise {exercise_id!r}: use one of {', '.join(table) or '(none)'}")
+    return table[exercise_id]
+
+
+def stub_error_id(exc: BaseException, root: Path | None = None) -> str | None:
+    """The exercise id when `exc` is an untouched stub's NotImplementedError, else None.
+
+    "Untouched" means the message is the generated one and it was raised from a file in
+    exercises/ (not a NotImplementedError of the learner's own or of a library).
+    """
+    if isinstance(exc, NotImplementedError):
+        m = STUB_MESSAGE.match(str(exc))
+        tb = exc.__traceback__
+        while tb is not None and tb.tb_next is not None:
+            tb = tb.tb_next
+        where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    elif getattr(exc, "exc_type", None) == "NotImplementedError":
+        # A rank's error re-raised by cpcourse.launch (RankError): the traceback is text.
+        m = STUB_MESSAGE.match(str(getattr(exc, "message", "")))
+        files = re.findall(r'File "([^"]+)", line \d+', str(getattr(exc, "traceback", "")))
+        where = files[-1] if files else ""
+    else:
+        return None
+    if not m or not where:
+        return None
+    try:
+        folder = (Path(root) if root else course_root()).resolve() / "exercises"
+    except InputError:
+        return None
+    return m.group("id") if Path(where).resolve().parent == folder else None

@@ -1,0 +1,37 @@
+"""Launching ranks: `launch()` and `%%torchrun`, the rank entry, launch errors, the process tree.
+
+    python -c "import cpcourse; print(cpcourse.launch('cpcourse.launch.entry:rank_info', 2))"
+
+Machinery, not a lesson: the course's distributed code (`cpcourse.ring`, `cpcourse.ulysses`,
+`cpcourse.video`, ...) runs on the ranks this package starts. `launcher` starts torchrun and
+collects results, `entry` is what each rank runs, `errors` turns a failing or stuck rank into an
+exception that names it, `proctree` ends every process a launch started.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+
+from cpcourse.launch.errors import LaunchError, LaunchTimeout, RankError
+from cpcourse.launch.launcher import (
+    DEFAULT_TIMEOUT_S,
+    RankResults,
+    launch,
+    register_magics,
+    torchrun_cell,
+)
+
+__all__ = ["DEFAULT_TIMEOUT_S", "LaunchError", "LaunchTimeout", "RankError", "RankResults",
+           "launch", "register_magics", "torchrun_cell"]
+
+
+class _CallableModule(types.ModuleType):
+    """`cpcourse.launch(...)` must call the function even after `import cpcourse.launch` made
+    the attribute `cpcourse.launch` this package (the package and the function share a name)."""
+
+    def __call__(self, *args, **kwargs):
+        return launch(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

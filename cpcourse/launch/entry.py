@@ -1,0 +1,222 @@
+"""What each process started by `cpcourse.launch` runs (you do not call this yourself).
+
+    python -c "import cpcourse; print(cpcourse.launch('cpcourse.launch.entry:rank_info', 2))"
+
+Two roles, chosen by the first argument:
+- `--torchrun ARGS`: torchrun itself (`torch.distributed.run.main`), after asking Linux to
+  SIGTERM it when the launching process dies, so a killed notebook kernel leaves no orphans.
+- `RUN_DIR`: one worker rank. It prefixes its output with `[rank k]`, records its pid, registers a
+  stack dump on SIGUSR1 (read by the launcher on a timeout), sets its thread count, initialises the
+  process group, runs the target and writes either `rank{k}.pkl` (the return value) or
+  `rank{k}.err` (the traceback as JSON) into RUN_DIR.
+"""
+
+from __future__ import annotations
+
+import atexit
+import faulthandler
+import importlib
+import importlib.util
+import io
+import json
+import os
+import pickle
+import runpy
+import signal
+import sys
+import time
+import traceback
+
+_KEEP = []  # files that must stay open for the life of the process (faulthandler's target)
+
+
+def _set_parent_death_signal(sig: int) -> None:
+    """Linux only: deliver `sig` to this process when its parent exits (no-op elsewhere)."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(sig), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+class _RankStream(io.TextIOBase):
+    """Writes whole lines, each prefixed with `[rank k] `, to a file descriptor, unbuffered.
+
+    One os.write per line keeps lines from different ranks intact on the shared pipe (writes
+    shorter than PIPE_BUF are atomic); a partial line waits for its newline or for flush at exit.
+    """
+
+    def __init__(self, fd: int, prefix: str):
+        self._fd, self._prefix, self._pending = fd, prefix, ""
+
+    def writable(self):
+        return True
+
+    def fileno(self):
+        return self._fd
+
+    @property
+    def encoding(self):
+        return "utf-8"
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        *lines, self._pending = self._pending.split("\n")
+        for line in lines:
+            os.write(self._fd, f"{self._prefix}{line}\n".encode("utf-8", "replace"))
+        return len(text)
+
+    def close_line(self) -> None:
+        if self._pending:
+            self.write("\n")
+
+
+def _resolve(target: str):
+    """`pkg.mod:fn` or `path/file.py:fn` -> the function; `path/file.py` -> None (run as script)."""
+    if ":" in target:
+        where, name = target.rsplit(":", 1)
+        if where.endswith(".py") or os.sep in where:
+            spec = importlib.util.spec_from_file_location("_cpcourse_target", where)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules["_cpcourse_target"] = module
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(where)
+        return getattr(module, name)
+    return None
+
+
+def _to_cpu(obj):
+    """Move tensors (also inside lists, tuples, dicts) to CPU: the caller must never touch CUDA."""
+    import torch
+
+    if isinstance(obj, torch.Tensor):
+        return obj.detach().cpu()
+    if isinstance(obj, list | tuple):
+        return type(obj)(_to_cpu(x) for x in obj)
+    if isinstance(obj, dict):
+        return {key: _to_cpu(val) for key, val in obj.items()}
+    return obj
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The traceback without this file's and runpy's frames: it starts in the learner's code."""
+    tb = exc.__traceback__
+    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+                              or "runpy" in tb.tb_frame.f_code.co_filename):
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _current_op() -> str | None:
+    """The communication call this rank was inside when it failed (from cpcourse.dist)."""
+    cpdist = sys.modules.get("cpcourse.dist")
+    record = getattr(getattr(cpdist, "_HEARTBEAT", None), "current", None) or {}
+    return record.get("op") or record.get("failed_in")
+
+
+def _write_atomic(path: str, data: bytes) -> None:
+    with open(path + ".tmp", "wb") as fh:
+        fh.write(data)
+    os.replace(path + ".tmp", path)
+
+
+def _run_rank(run_dir: str) -> int:
+    rank = int(os.environ.get("RANK", "0"))
+    prefix = f"[rank {rank}] "
+    out, err = _RankStream(1, prefix), _RankStream(2, prefix)
+    sys.stdout, sys.stderr = out, err
+    _set_parent_death_signal(signal.SIGKILL)
+    with open(os.path.join(run_dir, "spec.json")) as fh:
+        spec = json.load(fh)
+    stack = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115
+    _KEEP.append(stack)
+    faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    _write_atomic(os.path.join(run_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
+    code = 0
+    try:
+        import torch
+
+        torch.set_num_threads(int(spec["threads"]))
+        if spec["init"]:
+            from cpcourse import dist as cpdist
+
+            cpdist.init(spec.get("backend"))
+        with open(os.path.join(run_dir, "args.pkl"), "rb") as fh:
+            args, kwargs = pickle.load(fh)
+        fn = _resolve(spec["target"])
+        # From here on the launcher's `timeout` runs (start-up has a limit of its own).
+        _write_atomic(os.path.join(run_dir, f"rank{rank}.started"), b"")
+        if fn is None:
+            try:
+                import torch.distributed as dist
+
+                ready = {"rank": dist.get_rank(), "world_size": dist.get_world_size()} if (
+                    dist.is_initialized()) else {}
+                scope = runpy.run_path(spec["target"], run_name="__main__",
+                                       init_globals={"torch": torch, "dist": dist, **ready})
+            except SystemExit as stop:
+                if stop.code not in (None, 0):
+                    raise
+                scope = {}
+            value = scope.get("RESULT")
+        else:
+            value = fn(*args, **kwargs)
+        try:
+            data = pickle.dumps(_to_cpu(value))
+        except Exception as exc:  # noqa: BLE001  (reported, not raised: the run itself worked)
+            print(f"return value could not be pickled ({exc}); the caller gets None")
+            data = pickle.dumps(None)
+        _write_atomic(os.path.join(run_dir, f"rank{rank}.pkl"), data)
+    except BaseException as exc:  # noqa: BLE001  (every failure goes to the caller)
+        record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
+                  "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                  "traceback": _user_traceback(exc), "op": _current_op()}
+        _write_atomic(os.path.join(run_dir, f"rank{rank}.err"), json.dumps(record).encode())
+        code = 1
+    out.close_line()
+    err.close_line()
+    if code:
+        # Peers may be blocked in a collective with us; tearing the group down could block too.
+        os._exit(code)
+    try:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    except Exception:  # noqa: BLE001  (the result is already written)
+        pass
+    # Run the atexit hooks, then skip the interpreter's teardown of torch (about a second per
+    # rank on a small machine, for nothing: the result is on disk and the group is closed).
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    os._exit(0)
+
+
+def rank_info() -> dict:
+    """A trivial target: this rank's view of the world (used by tests and the docstring)."""
+    import torch
+    import torch.distributed as dist
+
+    return {"rank": dist.get_rank(), "world": dist.get_world_size(), "pid": os.getpid(),
+            "threads": torch.get_num_threads(), "backend": dist.get_backend()}
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] == "--torchrun":
+        _set_parent_death_signal(signal.SIGTERM)
+        from torch.distributed.run import main as torchrun_main
+
+        torchrun_main(argv[1:])
+        return 0
+    return _run_rank(argv[0])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,165 @@
+"""What went wrong in a launch, and where each rank was: the errors `cpcourse.launch` raises.
+
+    python -m pytest tests/unit/test_launch_parts.py -q
+
+- `RankError`: a rank raised; carries its rank, exception type, message and traceback text. When
+  several ranks fail, the first real failure is reported, not the "connection closed by peer"
+  echoes it causes in the others.
+- `LaunchTimeout`: the run passed its time limit; for each unfinished rank, the call it was stuck
+  in, read from the stack every worker dumps on SIGUSR1 (faulthandler) and from the heartbeat
+  that `cpcourse.dist.tracked` writes ("recv (src=0, ring_step=2) for 5.0 s").
+Everything here reads the files the workers leave in the launch's run directory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+
+from cpcourse.launch import proctree
+
+_PEER_FAILURE = re.compile(r"Connection closed by peer|Connection reset|Broken pipe|"
+                           r"Socket Timeout|Timed out waiting|NCCL communicator was aborted")
+
+
+class LaunchError(RuntimeError):
+    """A launch that did not return results; `str()` says why."""
+
+    def _render_traceback_(self):  # IPython shows this instead of our own stack frames
+        return [f"{type(self).__name__}: {self}"]
+
+
+class RankError(LaunchError):
+    """A rank raised. `rank`, `exc_type`, `message`, `traceback` (text) describe the first one."""
+
+    def __init__(self, record: dict, others: list[int], finished: list[int]):
+        self.rank, self.exc_type = record["rank"], record["type"]
+        self.message, self.traceback = record["message"], record["traceback"]
+        self.op, self.others, self.raised_at = record.get("op"), others, record["time"]
+        notes = [f"while in {self.op}"] if self.op else []
+        if others:
+            notes.append(f"also failed: rank {', '.join(map(str, others))}")
+        if finished and _PEER_FAILURE.search(self.traceback):
+            notes.append(f"rank {', '.join(map(str, finished))} had already returned: a send, "
+                         "recv or collective with no partner on that rank?")
+        head = f"rank {self.rank} raised {self.exc_type}: {self.message}"
+        super().__init__("\n".join([head + "".join(f"\n  ({n})" for n in notes),
+                                    f"--- traceback from rank {self.rank} ---",
+                                    self.traceback.rstrip()]))
+
+    def renamed(self, old: str, new: str) -> RankError:
+        """The same error with file name `old` shown as `new` (a %%torchrun cell's temp file)."""
+        self.traceback = self.traceback.replace(old, new)
+        self.args = (self.args[0].replace(old, new),)
+        return self
+
+
+class LaunchTimeout(LaunchError):
+    """The run passed its time limit. `stuck` maps each unfinished rank to where it was."""
+
+    def __init__(self, seconds: float, stuck: dict[int, str], finished: list[int],
+                 starting: bool = False):
+        self.seconds, self.stuck, self.finished = seconds, stuck, finished
+        self.rank = min(stuck) if stuck else None
+        lines = [f"start-up took longer than {seconds:g} s (raise start_timeout=):" if starting
+                 else f"timed out after {seconds:g} s (a deadlock? else raise timeout=):"]
+        lines += [f"  rank {r}: {what}" for r, what in sorted(stuck.items())]
+        if finished:
+            lines.append(f"  finished: rank {', '.join(map(str, finished))}")
+        super().__init__("\n".join(lines))
+
+
+def stack_frames(path: str) -> list[tuple[str, int, str]]:
+    """(file, line, function) innermost first, from the faulthandler dump of the worker."""
+    try:
+        text = open(path).read()  # noqa: SIM115
+    except OSError:
+        return []
+    threads = text.split("\n\n")
+    main = next((t for t in reversed(threads) if "launch/entry.py" in t),
+                threads[-1] if threads else "")
+    return [(f, int(n), fn) for f, n, fn in re.findall(r'File "(.+?)", line (\d+) in (\S+)', main)]
+
+
+def where_stuck(frames: list[tuple[str, int, str]]) -> str:
+    """'in torch.distributed recv() called at cell.py:5: dist.recv(t, src=1)' from a dump."""
+    import linecache
+
+    if not frames:
+        return "no Python stack (blocked before Python started, or exited)"
+    lib = os.path.dirname(os.path.dirname(os.__file__))
+    user = next(((f, n) for f, n, _ in frames
+                 if "site-packages" not in f and not f.startswith((lib, "<"))
+                 and not f.endswith(("launch/entry.py", "cpcourse/dist.py"))), None)
+    f0, _, fn0 = frames[0]
+    what = f"torch.distributed {fn0}()" if "torch/distributed" in f0 else f"{fn0}()"
+    if user is None:
+        return f"in {what}"
+    source = linecache.getline(user[0], user[1]).strip()
+    return f"in {what} called at {os.path.basename(user[0])}:{user[1]}: {source}"
+
+
+def stuck_report(run_dir: str, nproc: int) -> tuple[dict[int, str], list[int]]:
+    """Ask every unfinished rank for its stack (SIGUSR1) and read its heartbeat."""
+    pending, finished = {}, []
+    for r in range(nproc):
+        if os.path.exists(os.path.join(run_dir, f"rank{r}.pkl")):
+            finished.append(r)
+            continue
+        try:
+            pid = int(open(os.path.join(run_dir, f"rank{r}.pid")).read())  # noqa: SIM115
+        except (OSError, ValueError):
+            pending[r] = None
+            continue
+        pending[r] = proctree.identify(pid)
+        if pending[r] is not None:
+            proctree.signal_proc(pending[r], signal.SIGUSR1)
+    time.sleep(0.3)
+    stuck = {}
+    for r, proc in pending.items():
+        if proc is None or not os.path.exists(os.path.join(run_dir, f"rank{r}.started")):
+            stuck[r] = "still starting up (importing torch, or the rendezvous)"
+            continue
+        text = where_stuck(stack_frames(os.path.join(run_dir, f"rank{r}.stack")))
+        beat = _read_json(os.path.join(run_dir, f"rank{r}.op"))
+        if beat and beat.get("op"):
+            text = f"stuck in {beat['op']} for {time.time() - beat['since']:.1f} s; {text}"
+        stuck[r] = text
+    return stuck, finished
+
+
+def rank_procs(run_dir: str, nproc: int) -> list:
+    """(pid, start time) of each worker that recorded its pid and is still alive."""
+    procs = []
+    for r in range(nproc):
+        try:
+            with open(os.path.join(run_dir, f"rank{r}.pid")) as fh:
+                proc = proctree.identify(int(fh.read()))
+        except (OSError, ValueError):
+            continue
+        if proc is not None:
+            procs.append(proc)
+    return procs
+
+
+def _read_json(path: str):
+    try:
+        with open(path) as fh:
+            return json.loads(fh.read() or "null")
+    except (OSError, ValueError):
+        return None
+
+
+def rank_error(run_dir: str, nproc: int) -> RankError | None:
+    records = [rec for r in range(nproc)
+               if (rec := _read_json(os.path.join(run_dir, f"rank{r}.err")))]
+    if not records:
+        return None
+    primary = [rec for rec in records if not _PEER_FAILURE.search(rec["traceback"])] or records
+    first = min(primary, key=lambda rec: (rec["time"], rec["rank"]))
+    others = sorted(rec["rank"] for rec in records if rec is not first)
+    finished = [r for r in range(nproc) if os.path.exists(os.path.join(run_dir, f"rank{r}.pkl"))]
+    return RankError(first, others, finished)

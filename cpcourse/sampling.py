@@ -1,0 +1,81 @@
+"""Sampling the tiny video DiT: a few rectified-flow Euler steps with classifier-free guidance.
+
+    cpcourse generate --nproc 2 --seed 0 --save /tmp/sample.pt --json
+
+The sampler steps x_1 = noise towards x_0 = sample, x <- x + (t_next - t) * v, with guidance: the
+conditional and unconditional passes run as one batch of 2B, v = v_uncond + cfg * (v_cond -
+v_uncond). Noise is drawn for the whole video from the seed on every rank and each rank keeps its
+frames, so the sample does not depend on P. `generate_rank` is what each rank of `cpcourse
+generate` runs (see `cpcourse.cli.generate`): its frames of the sample, its peak tensor memory
+(`cpcourse.memory`) beside `cpcourse.dit_costs.predicted_peak_bytes`, and its time per step.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from cpcourse.dit import CPContext, DiTConfig, build_model, patchify, unpatchify
+from cpcourse.video import frame_offset
+
+DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+
+
+def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
+    """The whole video's starting noise `[B, C, T, Hl, Wl]`, the same for any P."""
+    gen = torch.Generator().manual_seed(seed)
+    return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
+
+
+@torch.no_grad()
+def sample(model, noise_frames: torch.Tensor, label: int, steps: int = 4, cfg_scale: float = 4.0,
+           ctx: CPContext | None = None, step_times: list | None = None) -> torch.Tensor:
+    """Denoise this rank's frames `[B, C, T_r, Hl, Wl]` -> the sample's frames, same shape.
+
+    `ctx` None: one process, whole video. `step_times`, when given, receives seconds per step.
+    """
+    cfg = model.cfg
+    b, c, _, hl, wl = noise_frames.shape
+    grid = (hl // cfg.patch, wl // cfg.patch)
+    ctx = ctx or CPContext(grid=grid)
+    x = patchify(noise_frames, cfg.patch)
+    y = torch.tensor([label] * b + [cfg.num_classes] * b)
+    times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+    for i in range(steps):
+        start = time.perf_counter()
+        t = torch.full((2 * b,), float(times[i]), dtype=x.dtype)
+        v = model(torch.cat([x, x]), t, y, ctx)
+        v_cond, v_uncond = v.chunk(2)
+        v = v_uncond + cfg_scale * (v_cond - v_uncond)
+        x = x + float(times[i + 1] - times[i]) * v
+        del v, v_cond, v_uncond
+        if step_times is not None:
+            step_times.append(time.perf_counter() - start)
+    return unpatchify(x, c, cfg.patch, grid)
+
+
+def generate_rank(spec: dict) -> dict:
+    """What each rank runs under `cpcourse.launch`: its frames of the sample, peak memory, times."""
+    import torch.distributed as dist
+
+    from cpcourse.dit_costs import predicted_peak_bytes
+    from cpcourse.memory import peak_memory
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    cfg = DiTConfig(**spec["model"])
+    dtype = DTYPES[spec["dtype"]]
+    model = build_model(cfg, spec["weight_seed"], dtype)
+    b, c, t, hl, wl = spec["shape"]
+    noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), world,
+                               dim=2)[rank].contiguous()
+    ctx = CPContext(group=dist.group.WORLD, frame_offset=frame_offset(t, rank, world),
+                    grid=(hl // cfg.patch, wl // cfg.patch),
+                    temporal_method=spec["temporal_method"], full_method=spec["full_method"])
+    times: list[float] = []
+    out, peak = peak_memory(sample, model, noise, spec["label"], spec["steps"],
+                            spec["cfg_scale"], ctx, times)
+    predicted = predicted_peak_bytes(cfg, spec["shape"], world, rank, ctx.temporal_method,
+                                     ctx.full_method, elem_bytes=noise.element_size())
+    return {"rank": rank, "frames": out, "peak_bytes": peak, "predicted_peak_bytes": predicted,
+            "step_seconds": times}
