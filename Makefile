@@ -35,10 +35,12 @@ exercises: setup
 	$(PY) tools/make_exercises.py
 
 # The text forms (notebooks/NN_topic.md) and the .ipynb files are jupytext pairs: --sync takes each
-# pair's cells from whichever file was saved last, then the .ipynb files lose their outputs.
+# pair's cells from whichever file was saved last, then the .ipynb files lose their outputs, and
+# the text forms are touched so that they stay the newer file of each pair, as jupytext expects.
 notebooks: setup
 	$(VENV)/bin/jupytext --sync notebooks/[0-9]*.md
 	$(VENV)/bin/jupyter nbconvert --clear-output --inplace --log-level=WARN notebooks/[0-9]*.ipynb
+	touch notebooks/[0-9]*.md
 
 lint: setup
 	$(PY) -m ruff check cpcourse tests tools solutions exercises

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse import proctree
-from cpcourse.doctor import free_port
+from cpcourse.cli.doctor import free_port
+from cpcourse.launch import proctree
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -61,10 +61,18 @@ class Lab:
         return self.log.read_text(errors="replace")[-n:] if self.log.exists() else ""
 
     def api(self, path: str, method: str = "GET") -> int:
-        req = urllib.request.Request(f"{self.url}{path}", method=method,
-                                     headers={"Authorization": f"token {self.token}"})
-        with urllib.request.urlopen(req, timeout=5) as resp:
-            return resp.status
+        return self.request(path, method)[0]
+
+    def request(self, path: str, method: str = "GET", body: dict | None = None,
+                timeout: float = 30) -> tuple[int, dict | None]:
+        """One call of the server's REST API: (status, decoded JSON body or None)."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.url}{path}", method=method, data=data,
+                                     headers={"Authorization": f"token {self.token}",
+                                              "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            return resp.status, (json.loads(raw) if raw.strip() else None)
 
 
 def _stop(lab: Lab) -> list[int]:
