@@ -189,8 +189,9 @@ def _why_not(name: str, q, k, v) -> str | None:
     d, dv, half = q.shape[-1], v.shape[-1], (torch.float16, torch.bfloat16)
     if name == "torch":
         return None
-    if q.shape[2] == 0 or k.shape[2] == 0:
-        return "zero queries or keys (the fused kernels crash on empty sequences)"
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        # An empty batch, head or head dim kills the process (SIGFPE) inside the CPU kernel.
+        return "an empty dimension (the fused kernels crash on empty tensors)"
     if name == "cpu-flash":
         if q.device.type != "cpu":
             return f"it runs on CPU tensors, these are on {q.device}"
@@ -247,6 +248,10 @@ def attention_with_lse(q, k, v, scale=None, backend=None):
     if k.shape[2] == 0 or q.shape[2] == 0:
         return _no_keys(q, v)
     name = attention_backend(q, k, v, backend)
+    if name != "torch":
+        # The fused kernels read strided views wrongly (garbage, NaN, different on every call,
+        # when the head dim is not unit-stride): hand them a dense copy. A no-op when contiguous.
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     try:
         return _KERNELS[name](q, k, v, scale)
     except RuntimeError:

@@ -74,6 +74,18 @@ def require_group(group=None, what: str = "this function") -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
+def forward_only(what: str, *tensors) -> None:
+    """Refuse inputs that want a gradient: the CP functions have no backward yet.
+
+    Called before any communication, so every rank refuses together instead of one rank leaving
+    the others waiting in a collective. Under torch.no_grad() / inference_mode() it passes.
+    """
+    if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
+                                       for t in tensors):
+        raise InputError(f"{what} is forward only (its communication has no backward yet): "
+                         "wrap the call in torch.no_grad() or torch.inference_mode()")
+
+
 def global_rank(group, group_rank: int) -> int:
     """The global rank of `group_rank` in `group` (p2p calls take global ranks)."""
     return group_rank if group is None else dist.get_global_rank(group, group_rank)

@@ -27,7 +27,14 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
-from cpcourse.dist import agree, all_gather_single, global_rank, require_group, tracked
+from cpcourse.dist import (
+    agree,
+    all_gather_single,
+    forward_only,
+    global_rank,
+    require_group,
+    tracked,
+)
 from cpcourse.support.errors import require
 
 MODES = ("overlap", "blocking", "allgather")
@@ -161,6 +168,7 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     Must be called by every rank of `group` (default: the whole world).
     """
     rank, world = require_group(group, "ring_attention")
+    forward_only("ring_attention", q, k, v)
     shapes = agree(group, q=q, k=k, v=v)
     kv_lens = _check(q, k, v, shapes, mode)
     if world == 1 or mode == "allgather":

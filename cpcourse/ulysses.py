@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.dist import agree, require_group, tracked
+from cpcourse.dist import agree, forward_only, require_group, tracked
 from cpcourse.support.errors import InputError, require
 
 
@@ -70,6 +70,7 @@ def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     bytes_sent (payload leaving this rank, its own chunk excluded).
     """
     rank, world = require_group(group, "ulysses_attention")
+    forward_only("ulysses_attention", q, k, v)
     shapes = agree(group, q=q, k=k, v=v)
     require(q.dim() == 4 and k.shape == v.shape and q.shape[:2] == k.shape[:2],
             f"q, k, v must be [B, H, L, D] shards with k and v of one shape, got {tuple(q.shape)}, "

@@ -34,6 +34,7 @@ from cpcourse.dist import (
     agree,
     all_gather_single,
     comm_device,
+    forward_only,
     require_group,
     shard_offsets,
     shard_sizes,
@@ -106,6 +107,7 @@ def gather_frames(x: torch.Tensor, group=None) -> torch.Tensor:
     rank pads its frames to the largest shard, all-gathers, and drops the padding.
     """
     _, world = require_group(group, "gather_frames")
+    forward_only("gather_frames", x)
     sizes = [s[2] for s in agree(group, seq_dim=2, x=x)["x"]]
     most = max(sizes)
     pad = x.new_zeros(*x.shape[:2], most, *x.shape[3:])
@@ -161,6 +163,7 @@ def time_to_space(x: torch.Tensor, t_sizes: list[int], group=None,
     choosing, which would make the measured peak memory vary from run to run).
     """
     rank, world = require_group(group, "time_to_space")
+    forward_only("time_to_space", x)
     lead, s, d = x.shape[:-3], x.shape[-2], x.shape[-1]
     s_sizes = shard_sizes(s, world)
     chunks = torch.tensor_split(x, world, dim=-2)
@@ -179,6 +182,7 @@ def time_to_space(x: torch.Tensor, t_sizes: list[int], group=None,
 def space_to_time(x: torch.Tensor, t_sizes: list[int], s_total: int, group=None) -> torch.Tensor:
     """Inverse of `time_to_space`: `[..., T, S_r, D]` -> `[..., T_r, S, D]`."""
     rank, world = require_group(group, "space_to_time")
+    forward_only("space_to_time", x)
     lead, d = x.shape[:-3], x.shape[-1]
     s_sizes = shard_sizes(s_total, world)
     chunks = torch.split(x, t_sizes, dim=-3)
@@ -203,6 +207,7 @@ def temporal_attention_cp(q, k, v, group=None, method: str = "all_to_all", scale
             f"method must be one of {TEMPORAL_METHODS}, got {method!r}")
     _check_video(q, k, v)
     _, world = require_group(group, "temporal_attention_cp")
+    forward_only("temporal_attention_cp", q, k, v)
     t_sizes = [s[2] for s in agree(group, seq_dim=2, q=q, k=k, v=v)["q"]]
     b, _, _, s, _ = q.shape
     if method == "ring":

@@ -169,7 +169,12 @@ def run(args) -> dict:
     lengths = _lengths(args.lengths or ("64,128" if args.quick else "1024,4096,16384"))
     positive_float("--naive-max-gb", args.naive_max_gb)
     if args.threads is not None:
-        torch.set_num_threads(positive_int("--threads", args.threads))
+        cores = os.cpu_count() or 1
+        # More threads than cores only oversubscribes; far more crashes OpenMP (a segfault).
+        require(positive_int("--threads", args.threads) <= cores,
+                f"--threads {args.threads} is more than this machine's {cores} cores: "
+                f"use --threads {cores} or fewer")
+        torch.set_num_threads(args.threads)
 
     from cpcourse.attention import attention_backend
 

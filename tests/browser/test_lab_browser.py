@@ -21,6 +21,8 @@ import shutil
 import time
 from pathlib import Path
 
+import jupytext
+import nbformat
 import pytest
 
 from cpcourse.tokens import model_tokens
@@ -247,6 +249,11 @@ def test_saving_in_jupyterlab_writes_the_text_form(lab):
     assert "A sentence an instructor added in JupyterLab." in text, (
         "saving the .ipynb did not update its .md: is jupytext's server extension enabled?\n"
         + lab.log_tail())
+    # ... and the pair is in sync by the same rule `make test` applies to the course's notebooks
+    pair = [[(c.cell_type, c.source.strip()) for c in nb.cells]
+            for nb in (jupytext.read(lab.notebooks / f"{stem}.md"),
+                       nbformat.read(lab.notebooks / f"{stem}.ipynb", as_version=4))]
+    assert pair[0] == pair[1]
     status, model = lab.request(f"/api/contents/{stem}.md?type=notebook&content=1")
     assert status == 200 and model["type"] == "notebook"
     sources = ["".join(c["source"]) for c in model["content"]["cells"]]

@@ -28,7 +28,10 @@ def _cases(world: int) -> list[tuple]:
     cases = [("uneven", 1, 2 * world, 4 * world + 3, 4 * world + 3, 16, "float32", 1),
              ("shorter_than_world", 2, 2, max(1, world - 1), max(1, world - 1), 8, "float32", 2),
              ("cross", 1, 2, 2 * world + 1, 3 * world + 2, 8, "float32", 3),
-             ("bf16", 1, 4, 5 * world + 1, 5 * world + 1, 32, "bfloat16", 4)]
+             ("bf16", 1, 4, 5 * world + 1, 5 * world + 1, 32, "bfloat16", 4),
+             # the same values in a strided layout (head dim not unit-stride): fused CPU attention
+             # once read such views as garbage
+             ("strided", 1, 2 * world, 3 * world + 2, 3 * world + 2, 16, "float32", 5)]
     for i in range(3):
         length = rng.randint(1, 9 * world)
         cases.append((f"random{i}", rng.randint(1, 2), rng.choice([1, 2, 3, 4, 6]), length,
@@ -60,6 +63,9 @@ def cp_cases(cases):
         whole = [x.to(dt).double() for x in _whole(b, h, lq, lk, d, seed)]  # inputs as rounded
         want = shard(reference_attention(*whole)[0], rank, world)
         mine = [shard(x, rank, world).to(dt) for x in whole]
+        if name == "strided":
+            mine = [x.transpose(-1, -2).contiguous().transpose(-1, -2) for x in mine]
+            assert all(x.stride(-1) != 1 for x in mine)
         for method in (*MODES, "ulysses"):
             stats = []
             try:
@@ -82,7 +88,36 @@ def cp_cases(cases):
         rows.append({"case": "mismatch", "method": "overlap", "error": None})
     except InputError as exc:
         rows.append({"case": "mismatch", "method": "overlap", "error": str(exc)})
+    rows += _grad_refusals(world)
     dist.barrier()
+    return rows
+
+
+def _grad_refusals(world: int) -> list[dict]:
+    """Every CP entry point refuses inputs that want a gradient (there is no backward yet), and
+    runs under no_grad."""
+    from cpcourse import video
+    from cpcourse.ring import ring_attention
+    from cpcourse.support.errors import InputError
+    from cpcourse.ulysses import ulysses_attention
+
+    q = torch.randn(1, world, 2, 8, requires_grad=True)
+    qv = torch.randn(1, world, 1, 3, 8, requires_grad=True)  # a video shard [B, H, T_r, S, D]
+    calls = {"ring_attention": lambda: ring_attention(q, q, q),
+             "ring_attention(allgather)": lambda: ring_attention(q, q, q, mode="allgather"),
+             "ulysses_attention": lambda: ulysses_attention(q, q, q),
+             "temporal_attention_cp": lambda: video.temporal_attention_cp(qv, qv, qv),
+             "full_attention_cp": lambda: video.full_attention_cp(qv, qv, qv),
+             "gather_frames": lambda: video.gather_frames(qv)}
+    rows = []
+    for what, call in calls.items():
+        try:
+            call()
+            rows.append({"case": "grad", "method": what, "error": None})
+        except InputError as exc:
+            rows.append({"case": "grad", "method": what, "error": str(exc)})
+        with torch.no_grad():
+            call()  # the same call without grad mode runs
     return rows
 
 
@@ -151,6 +186,16 @@ def test_disagreeing_inputs_raise_on_every_rank(world_rows):
         return
     assert all(e and "q differs across ranks" in e for e in errors), errors
     assert all(f"rank {world - 1} has [1, 2, 3, 8] float32" in e for e in errors)
+
+
+def test_inputs_that_want_a_gradient_are_refused(world_rows):
+    world, _, results = world_rows
+    for rank, rows in enumerate(results):
+        grad = [r for r in rows if r["case"] == "grad"]
+        assert len(grad) == 6
+        for row in grad:
+            assert row["error"] and "forward only" in row["error"] and "torch.no_grad()" in (
+                row["error"]), (world, rank, row)
 
 
 def test_a_mismatched_shape_ends_the_run_with_a_clear_error():

@@ -274,3 +274,66 @@ def test_cuda_backends_match_reference(backend, dtype):
         pytest.skip(str(exc))
     ref = ref64(q.cpu(), k.cpu(), v.cpu())
     check(out.cpu(), lse.cpu(), ref, dtype)
+
+
+def _strided(x: torch.Tensor, how: str) -> torch.Tensor:
+    """The same values as `x` [B, H, L, D] in another memory layout (a view, not a copy)."""
+    if how == "head_dim_last":  # D not unit-stride: stored as [B, H, D, L]
+        return x.transpose(-1, -2).contiguous().transpose(-1, -2)
+    if how == "heads_inner":  # stored as [B, L, H, D], the layout of most model code
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    if how == "sliced":  # every other element of a wider buffer, in L and D
+        wide = torch.zeros(*x.shape[:2], 2 * x.shape[2], 2 * x.shape[3], dtype=x.dtype)
+        wide[:, :, ::2, ::2] = x
+        return wide[:, :, ::2, ::2]
+    if how == "expanded":  # one head broadcast to all (stride 0 over H)
+        return x[:, :1].expand_as(x)
+    raise AssertionError(how)
+
+
+LAYOUTS = ("head_dim_last", "heads_inner", "sliced", "expanded")
+
+
+@settings(max_examples=30, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), which=st.sampled_from(["q", "k", "v", "all"]),
+       lq=st.integers(1, 40), lk=st.integers(1, 40), d=st.sampled_from([3, 8, 16, 33]),
+       h=st.integers(1, 3), dtype=st.sampled_from([torch.float32, torch.float64]),
+       seed=st.integers(0, 99))
+def test_any_strided_view_gives_the_contiguous_answer(layout, which, lq, lk, d, h, dtype, seed):
+    """Regression: fused CPU attention returned garbage (and NaN) for a non-unit-stride head dim."""
+    q, k, v = qkv(2, h, lq, lk, d, dtype, seed=seed)
+    views = [(_strided(x, layout) if which in (name, "all") else x)
+             for name, x in zip("qkv", (q, k, v), strict=True)]
+    dense = [x.contiguous() for x in views]
+    out, lse = A.attention_with_lse(*views)
+    want_out, want_lse = A.attention_with_lse(*dense)
+    torch.testing.assert_close(out, want_out, atol=0, rtol=0)
+    torch.testing.assert_close(lse, want_lse, atol=0, rtol=0)
+    check(out, lse, ref64(*dense), dtype)
+
+
+def test_video_attention_takes_strided_views():
+    from cpcourse import video
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(1, 2, 8, 3, 5, generator=g).transpose(-1, -2)  # [B, H, T, S, D], D strided
+    dense = x.contiguous()
+    for fn in (video.spatial_attention, video.temporal_attention, video.full_attention):
+        torch.testing.assert_close(fn(x, x, x), fn(dense, dense, dense), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.parametrize("backend", [None, "torch"])
+@pytest.mark.parametrize("shape", [(2, 0, 5, 7, 8), (0, 2, 5, 7, 8), (2, 2, 5, 7, 0)],
+                         ids=["no_heads", "no_batch", "no_head_dim"])
+def test_empty_dimensions_are_answered_not_crashed(backend, shape):
+    """Regression: H = 0 (or B = 0) killed the process with SIGFPE inside the fused kernel."""
+    b, h, lq, lk, d = shape
+    q, k, _ = qkv(b, h, lq, lk, d)
+    v = torch.randn(b, h, lk, 4)
+    out, lse = A.attention_with_lse(q, k, v, backend=backend)
+    assert out.shape == (b, h, lq, 4) and lse.shape == (b, h, lq)
+    if d == 0:  # every score is 0: a plain average of v, lse = log(Lk)
+        torch.testing.assert_close(out, v.mean(dim=2, keepdim=True).expand_as(out))
+        torch.testing.assert_close(lse, torch.full_like(lse, math.log(lk)))
+    with pytest.raises(InputError, match="empty dimension"):
+        A.attention_with_lse(q, k, v[..., :d] if d else v, backend="cpu-flash")

@@ -94,3 +94,27 @@ def test_the_checks_can_fail():
     assert "cpcourse.launch.proctree" in GRAPH["cpcourse.launch.launcher"]
     assert "cpcourse.support.errors" in GRAPH["cpcourse.ring"]
     assert layer("cpcourse.cli.demo") > layer("cpcourse.ring") > layer("cpcourse.support.errors")
+
+
+CONTRACT = ["cpcourse.attention:attention_with_lse", "cpcourse.attention:merge_attention",
+            "cpcourse.ring:ring_attention", "cpcourse.ulysses:ulysses_attention",
+            "cpcourse.launch:launch", "cpcourse.video:frame_shard", "cpcourse.video:gather_frames",
+            "cpcourse:check",
+            "cpcourse:exercise", "cpcourse:use_reference", "cpcourse:load_ipython_extension",
+            "cpcourse.course:exercise", "cpcourse.course:use_reference", "cpcourse.cli:main"]
+
+
+@pytest.mark.parametrize("path", CONTRACT)
+def test_contract_paths_stay_importable(path):
+    """What graders, notebooks and DESIGN.md name keeps its import path across moves."""
+    import importlib
+
+    module, name = path.split(":")
+    assert callable(getattr(importlib.import_module(module), name))
+
+
+def test_cpcourse_launch_is_both_the_package_and_the_function():
+    import cpcourse
+    import cpcourse.launch
+
+    assert callable(cpcourse.launch) and cpcourse.launch.launch.__name__ == "launch"
