@@ -32,11 +32,23 @@ def split_sizes(length: int, world: int) -> list[int]:
     return [base + (1 if r < extra else 0) for r in range(world)]
 
 
-def shard_sizes(tokens: int, cp: int) -> list[int]:
-    """Tokens on each rank when a sequence is planned over `cp` GPUs (every GPU gets one)."""
+# A bound on any GPU count the calculators take: ten times the largest cluster ever built. Past it
+# an input is a typo, and an honest answer would need lists as long as the count.
+MAX_GPUS = 1 << 20
+
+
+def tokens_per_rank(tokens: int, cp: int) -> int:
+    """The largest shard when `tokens` are planned over `cp` GPUs: ceil(tokens / cp), checked."""
     tokens, cp = positive_int("--tokens", tokens), positive_int("--cp", cp)
+    require(cp <= MAX_GPUS, f"--cp {cp} is more GPUs than any cluster has: use {MAX_GPUS} or fewer")
     require(cp <= tokens, f"--cp {cp} is larger than the {tokens} tokens to split: "
             f"use --cp {tokens} or fewer")
+    return -(-tokens // cp)
+
+
+def shard_sizes(tokens: int, cp: int) -> list[int]:
+    """Tokens on each rank when a sequence is planned over `cp` GPUs (every GPU gets one)."""
+    tokens_per_rank(tokens, cp)  # the same checks, before a list of cp entries is built
     return split_sizes(tokens, cp)
 
 
@@ -59,7 +71,7 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
             "pick heads that divide the hidden width")
     cfg_batch = positive_int("--cfg-batch", cfg_batch)
     ffn = 4 * hidden if ffn is None else positive_int("--ffn", ffn)
-    local = max(shard_sizes(tokens, cp))
+    local = tokens_per_rank(tokens, cp)
     per_token_act = hidden + 3 * hidden + hidden + ffn  # x, q/k/v, attention out, MLP hidden
     out = {
         "tokens": tokens, "cp": cp, "dtype": dtype, "bytes_per_element": b,
@@ -81,7 +93,7 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
         "ring_kv_buffer_bytes_per_rank": 2 * 2 * local * hidden * b * cfg_batch,
     }
     if params_b is not None:
-        weights = int(positive_float("--params-b", params_b) * 1e9 * b)
+        weights = int(positive_float("--params-b", params_b, high=1e6) * 1e9 * b)
         out["weights_bytes"] = weights
         out["per_gpu_bytes"] = (weights + out["activation_bytes_per_layer_per_rank"]
                                 + out["ring_kv_buffer_bytes_per_rank"])
@@ -93,7 +105,7 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
 def _rate(gpu: str, attention_efficiency: float | None) -> tuple[float, dict]:
     g = get_gpu(gpu)
     eff = g.attention_efficiency if attention_efficiency is None else attention_efficiency
-    require(0 < eff <= 1, f"--attn-efficiency must be in (0, 1], got {eff}")
+    require(1e-3 <= eff <= 1, f"--attn-efficiency must be in [0.001, 1], got {eff}")
     return g.attention_flops(eff), {
         "gpu": g.id, "gpu_bf16_tflops": g.bf16_tflops, "attention_efficiency": eff,
         "attention_efficiency_source": (g.efficiency_source if attention_efficiency is None
@@ -113,8 +125,9 @@ def _bandwidth(link: str | None, bandwidth_gbps: float | None,
     else:
         # A bandwidth given by hand is taken at face value unless an efficiency is given too.
         eff = 1.0 if link_efficiency is None else link_efficiency
-        info = {"link": None, "link_GBps": positive_float("--bandwidth", bandwidth_gbps)}
-    require(0 < eff <= 1, f"--link-efficiency must be in (0, 1], got {eff}")
+        gbps = positive_float("--bandwidth", bandwidth_gbps, low=1e-3, high=1e6)
+        info = {"link": None, "link_GBps": gbps}
+    require(1e-3 <= eff <= 1, f"--link-efficiency must be in [0.001, 1], got {eff}")
     info.update(link_efficiency=eff, effective_GBps=info["link_GBps"] * eff)
     return info["effective_GBps"] * 1e9, info
 
@@ -134,8 +147,7 @@ def comm(tokens: int, cp: int, heads: int, head_dim: int, *, dtype: str = "bf16"
     b = dtype_bytes(dtype)
     heads, head_dim = positive_int("--heads", heads), positive_int("--head-dim", head_dim)
     layers, cfg_forwards = positive_int("--layers", layers), positive_int("--cfg", cfg_forwards)
-    shards = shard_sizes(tokens, cp)
-    local = max(shards)
+    local = tokens_per_rank(tokens, cp)
     hops = cp - 1
     flops, rate_info = _rate(gpu, attention_efficiency)
     bw, link_info = _bandwidth(link, bandwidth_gbps, link_efficiency)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.costs import attention_flops, comm
+from cpcourse.costs import MAX_GPUS, attention_flops, comm
 from cpcourse.hardware import get_gpu, get_link
 from cpcourse.support.errors import positive_int, require
 from cpcourse.tokens import facts, get_model, model_tokens
@@ -23,7 +23,9 @@ BYTES = 2  # bf16 inference
 
 
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """The divisors of n in increasing order, in O(sqrt n) steps."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return small + [n // d for d in reversed(small) if d * d != n]
 
 
 def _cost(m, tok, gpu, gpus_per_node: int, cfg: int, tp: int, uly: int, ring: int) -> dict:
@@ -74,6 +76,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
+    require(gpus <= MAX_GPUS, f"--gpus {gpus} is more GPUs than any cluster has: "
+            f"use {MAX_GPUS} or fewer")
     require(gpus % nodes == 0, f"--gpus {gpus} do not split evenly over --nodes {nodes}")
     g = get_gpu(gpu)
     per_node = gpus // nodes

@@ -172,7 +172,8 @@ def frames_for_clip(fps: float, seconds: float, rule: FrameRule) -> int:
     A causal video VAE encodes the first frame on its own, so clips are fps*seconds + 1 frames
     long (Wan's 81 frames are 5 s at 16 fps).
     """
-    fps, seconds = positive_float("--fps", fps), positive_float("--seconds", seconds)
+    fps = positive_float("--fps", fps, high=1e4)  # a camera at 10,000 fps
+    seconds = positive_float("--seconds", seconds, high=1e6)  # eleven days of video
     frames = max(1, round(fps * seconds)) + (1 if rule.kind == "causal" else 0)
     return rule.nearest_valid(frames)
 

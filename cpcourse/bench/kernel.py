@@ -231,7 +231,7 @@ def format_table(res: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(list(argv or []))
     res = run(args)
-    print(json.dumps(res, indent=1) if args.json else format_table(res))
+    print(json.dumps(res, indent=1, allow_nan=False) if args.json else format_table(res))
     return 0
 
 

@@ -90,7 +90,7 @@ def main(argv: list[str]) -> int:
               "targets": {"start_return_s_max": 10.0, "error_latency_s_max": 10.0,
                           "left_after_kill": 0}}
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
     else:
         print(f"launch of {nproc} ranks, start to return: median {report['start_return_s']:.2f} s "
               f"({', '.join(f'{s:.2f}' for s in starts)})")

@@ -308,11 +308,12 @@ def main(argv: list[str]) -> int:
 
         rep = compute_path(spec["seq_len"], spec["nproc"], spec["heads"], spec["head_dim"],
                            device, spec["repeats"])
-        print(json.dumps(rep) if args.json else "\n".join(f"{k}: {v}" for k, v in rep.items()))
+        print(json.dumps(rep, allow_nan=False) if args.json
+              else "\n".join(f"{k}: {v}" for k, v in rep.items()))
         return 0
     results = launch("cpcourse.bench.ring:bench_rank", spec["nproc"], timeout=args.timeout,
                      args=(spec,), threads=1, pg_timeout=max(60.0, args.timeout / 2),
                      stream=lambda line: print(line, end="", file=sys.stderr, flush=True))
     report = summarize(spec, sorted(results, key=lambda r: r["rank"]))
-    print(json.dumps(report) if args.json else _text(report))
+    print(json.dumps(report, allow_nan=False) if args.json else _text(report))
     return 0

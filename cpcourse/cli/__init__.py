@@ -12,8 +12,10 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+import os
 import sys
 
+from cpcourse.launch.errors import LaunchError
 from cpcourse.support.errors import ArgumentParser, InputError
 
 # Subcommands implemented in their own modules: name -> (module, one-line help).
@@ -53,7 +55,7 @@ def run(argv: list[str]) -> int:
 
     result, text = calc_cli.run(args)
     if args.json:
-        print(json.dumps(result, indent=1))
+        print(json.dumps(result, indent=1, allow_nan=False))
     else:
         print(text)
     return 0
@@ -61,10 +63,19 @@ def run(argv: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    # --verbose anywhere (or CPCOURSE_VERBOSE=1): a failed launch prints every rank's detail.
+    verbose = "--verbose" in argv or os.environ.get("CPCOURSE_VERBOSE") == "1"
+    argv = [a for a in argv if a != "--verbose"]
     try:
         code = run(argv)
     except InputError as exc:
         print(f"cpcourse: error: {exc}", file=sys.stderr)
+        code = 2
+    except LaunchError as exc:  # a rank failed or the run timed out: one line, unless asked
+        if verbose:
+            print(str(exc), file=sys.stderr)
+        hint = "" if verbose else " (add --verbose for each rank's traceback)"
+        print(f"cpcourse: error: {exc.summary()}{hint}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         print("cpcourse: interrupted", file=sys.stderr)

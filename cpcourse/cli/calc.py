@@ -168,7 +168,7 @@ def _comm_cmd(args):
     d = costs.comm(n, args.cp, args.heads, args.head_dim, dtype=args.dtype, link=args.link,
                    bandwidth_gbps=args.bandwidth, link_efficiency=args.link_efficiency,
                    gpu=args.gpu, attention_efficiency=args.attn_efficiency,
-                   layers=args.layers or 1)
+                   layers=1 if args.layers is None else args.layers)
     text = (f"ring of {args.cp}: {d['tokens_per_rank']:,} tokens per rank, {d['ring_hops']} hops"
             f" per layer\n  K/V per hop {_gb(d['kv_bytes_per_hop'])} "
             f"({d['kv_bytes_per_hop_per_head'] / 1e6:,.1f} MB per head), per layer "

@@ -18,6 +18,7 @@ import json
 import sys
 import time
 
+from cpcourse.launch import MAX_NPROC
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -120,11 +121,11 @@ def main(argv: list[str]) -> int:
             "head_dim": positive_int("--head-dim", args.head_dim),
             "batch": positive_int("--batch", args.batch), "dtype": DTYPES[args.dtype],
             "mode": args.mode, "seed": args.seed, "timeout": args.timeout}
-    require(spec["nproc"] <= 64, f"--nproc {spec['nproc']} is more processes than a demo needs: "
-            "use 64 or fewer")
+    require(spec["nproc"] <= MAX_NPROC, f"--nproc {spec['nproc']} is more processes than a "
+            f"demo needs: use {MAX_NPROC} or fewer")
     report = run(spec)
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
     else:
         print(f"ring attention ({report['mode']}) on {report['nproc']} processes, gloo, "
               f"1 thread each: B={report['batch']} H={report['heads']} L={report['seq_len']} "

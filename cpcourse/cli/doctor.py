@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     r = diagnose(run_gloo=not args.no_gloo)
     if args.json:
-        print(json.dumps(r, indent=1))
+        print(json.dumps(r, indent=1, allow_nan=False))
         return 0 if r["ok"] else 1
     for key in ("python", "torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib",
                 "cpu_threads", "cuda_available", "gpu_count", "flash_attn"):

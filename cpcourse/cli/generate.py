@@ -21,7 +21,13 @@ import torch
 
 from cpcourse.dit import ATTENTIONS, DiTConfig
 from cpcourse.sampling import DTYPES
-from cpcourse.support.errors import InputError, positive_float, positive_int, require
+from cpcourse.support.errors import (
+    InputError,
+    finite_float,
+    positive_float,
+    positive_int,
+    require,
+)
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
 
@@ -34,6 +40,8 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
     from cpcourse.launch import launch
 
     nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
+    require(isinstance(seed, int) and 0 <= seed < 2**63,
+            f"--seed must be a whole number in [0, 2**63), got {seed!r}")
     require(attention in ATTENTIONS, f"--attention must be one of {ATTENTIONS}")
     require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
     require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
@@ -41,13 +49,18 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
     require(nproc <= frames, f"--nproc {nproc} is more than the {frames} latent frames to split: "
             f"use --nproc {frames} or fewer, or more --frames")
     cfg = DiTConfig(**{**(model or {}), "attention": attention})
+    if attention == "full" and full_method == "ulysses":  # found before start-up, not in a rank
+        works = [p for p in range(1, cfg.heads + 1) if cfg.heads % p == 0]
+        require(cfg.heads % nproc == 0,
+                f"--full ulysses splits the model's {cfg.heads} heads over the {nproc} ranks: use "
+                f"--nproc {', '.join(map(str, works))}, or --full ring (no such limit)")
     require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
     for name, val in (("--height", height), ("--width", width)):
         require(positive_int(name, val) % cfg.patch == 0,
                 f"{name} {val} must be a multiple of the patch size {cfg.patch}")
     spec = {"model": cfg.as_dict(), "dtype": dtype, "weight_seed": weight_seed, "seed": seed,
             "shape": [positive_int("--batch", batch), cfg.in_channels, frames, height, width],
-            "steps": positive_int("--steps", steps), "cfg_scale": float(cfg_scale),
+            "steps": positive_int("--steps", steps), "cfg_scale": finite_float("--cfg", cfg_scale),
             "label": label, "temporal_method": temporal_method, "full_method": full_method}
     results = launch("cpcourse.sampling:generate_rank", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
@@ -115,7 +128,7 @@ def main(argv: list[str]) -> int:
             json.dump(report, fh, indent=1)
         report["saved"] = args.save
     if args.json:
-        print(json.dumps(report))
+        print(json.dumps(report, allow_nan=False))
         return 0
     mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
     print(f"sampled {report['shape']} on {args.nproc} process(es), frames per rank "

@@ -26,7 +26,7 @@ from cpcourse.course.exercises import impl_from_env
 from cpcourse.course.exercises import show as show_notice
 from cpcourse.course.stubs import Exercise, course_root, get_exercise, registry, stub_error_id
 from cpcourse.launch.proctree import stop_tree
-from cpcourse.support.errors import ArgumentParser, InputError
+from cpcourse.support.errors import ArgumentParser, positive_float
 
 DEFAULT_CHECK_TIMEOUT = 120.0
 DEFAULT_GRADE_TIMEOUT = 600.0
@@ -235,9 +235,8 @@ def grade(ids: list[str] | None = None, *, impl: str | None = None, timeout: flo
     root = (Path(root) if root else course_root()).resolve()
     table = registry(root)
     exercises = [get_exercise(i, root) for i in ids] if ids else list(table.values())
-    timeout = float(timeout or DEFAULT_GRADE_TIMEOUT)
-    if timeout <= 0:
-        raise InputError(f"--timeout must be > 0 seconds, got {timeout:g}")
+    timeout = positive_float("--timeout", DEFAULT_GRADE_TIMEOUT if timeout is None else timeout,
+                             high=86_400)
     run = _run_pytest([e.id for e in exercises] if ids else None, impl, timeout, root)
     return [_grade(ex, impl, run, timeout) for ex in exercises]
 
@@ -256,7 +255,9 @@ def check(exercise_id: str, *, impl: str | None = None, timeout: float | None = 
     """
     from cpcourse.course.panels import render_html, render_text
 
-    timeout = timeout or float(os.environ.get("CPCOURSE_CHECK_TIMEOUT", DEFAULT_CHECK_TIMEOUT))
+    if timeout is None:
+        timeout = os.environ.get("CPCOURSE_CHECK_TIMEOUT", DEFAULT_CHECK_TIMEOUT)
+    timeout = positive_float("timeout", timeout, high=86_400)
     result = grade([exercise_id], impl=impl, timeout=timeout, root=root)[0]
     if show:
         show_notice(render_text(result), render_html(result))
@@ -286,7 +287,8 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"impl": impl_from_env(args.impl), "passed": all_passed,
                           "exercises_passed": sum(r.passed for r in results),
                           "exercises_total": len(results), "seconds": round(seconds, 2),
-                          "exercises": [r.as_dict() for r in results]}, indent=1))
+                          "exercises": [r.as_dict() for r in results]}, indent=1,
+                         allow_nan=False))
     else:
         print(render_table(results, seconds))
     return 0 if all_passed else 1

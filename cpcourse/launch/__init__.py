@@ -16,14 +16,15 @@ import types
 from cpcourse.launch.errors import LaunchError, LaunchTimeout, RankError
 from cpcourse.launch.launcher import (
     DEFAULT_TIMEOUT_S,
+    MAX_NPROC,
     RankResults,
     launch,
     register_magics,
     torchrun_cell,
 )
 
-__all__ = ["DEFAULT_TIMEOUT_S", "LaunchError", "LaunchTimeout", "RankError", "RankResults",
-           "launch", "register_magics", "torchrun_cell"]
+__all__ = ["DEFAULT_TIMEOUT_S", "MAX_NPROC", "LaunchError", "LaunchTimeout", "RankError",
+           "RankResults", "launch", "register_magics", "torchrun_cell"]
 
 
 class _CallableModule(types.ModuleType):

@@ -31,6 +31,10 @@ class LaunchError(RuntimeError):
     def _render_traceback_(self):  # IPython shows this instead of our own stack frames
         return [f"{type(self).__name__}: {self}"]
 
+    def summary(self) -> str:
+        """One line for a command line: what happened and where (the full text is `str()`)."""
+        return str(self).splitlines()[0]
+
 
 class RankError(LaunchError):
     """A rank raised. `rank`, `exc_type`, `message`, `traceback` (text) describe the first one."""
@@ -49,6 +53,13 @@ class RankError(LaunchError):
         super().__init__("\n".join([head + "".join(f"\n  ({n})" for n in notes),
                                     f"--- traceback from rank {self.rank} ---",
                                     self.traceback.rstrip()]))
+
+    def summary(self) -> str:
+        first = (self.message.strip().splitlines() or [""])[0]
+        if self.exc_type == "InputError":  # the rank checked an input: its words are the message
+            return f"{first} (on rank {self.rank})"
+        where = f" in {self.op}" if self.op else ""
+        return f"rank {self.rank} raised {self.exc_type}{where}: {first}"
 
     def renamed(self, old: str, new: str) -> RankError:
         """The same error with file name `old` shown as `new` (a %%torchrun cell's temp file)."""
@@ -70,6 +81,10 @@ class LaunchTimeout(LaunchError):
         if finished:
             lines.append(f"  finished: rank {', '.join(map(str, finished))}")
         super().__init__("\n".join(lines))
+
+    def summary(self) -> str:
+        head, *stuck = str(self).splitlines()
+        return head.rstrip(":") + (": " + "; ".join(s.strip() for s in stuck) if stuck else "")
 
 
 def stack_frames(path: str) -> list[tuple[str, int, str]]:

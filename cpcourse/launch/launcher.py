@@ -42,6 +42,7 @@ from cpcourse.launch.errors import (  # noqa: F401
 from cpcourse.support.errors import positive_float, positive_int, require
 
 DEFAULT_TIMEOUT_S = 120.0
+MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
 _ERROR_GRACE_S = 0.5  # after the first failing rank, time for the others to report theirs
 
 
@@ -99,6 +100,8 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     stream: True prints rank output here, False keeps it quiet, a callable receives each line.
     """
     nproc = positive_int("nproc", nproc)
+    require(nproc <= MAX_NPROC, f"nproc {nproc} is more local processes than cpcourse starts: "
+            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
     timeout = positive_float("timeout", timeout)
     start_timeout = positive_float("start_timeout", start_timeout)
     _check_target(target)

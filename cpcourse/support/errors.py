@@ -31,14 +31,32 @@ def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     return value
 
 
-def positive_float(name: str, value) -> float:
-    """Return `value` as a float > 0, or raise an `InputError` naming the flag to fix."""
+def positive_float(name: str, value, *, low: float | None = None,
+                   high: float | None = None) -> float:
+    """Return `value` as a float > 0 (and within [low, high] when given), or raise an
+    `InputError` naming the flag to fix. Bounds keep later arithmetic finite: 1e308 fps times
+    1e308 seconds is infinity, a bandwidth of 1e-320 GB/s divides to infinity."""
     try:
         value = float(value)
     except (TypeError, ValueError):
         raise InputError(f"{name} must be a number, got {value!r}") from None
     require(value > 0 and value == value and value != float("inf"),
             f"{name} must be a positive finite number, got {value}")
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise InputError(f"{name} must be between {low:g} and {high:g}, got {value:g}"
+                         if low is not None and high is not None else
+                         f"{name} must be {'>=' if low is not None else '<='} "
+                         f"{low if low is not None else high:g}, got {value:g}")
+    return value
+
+
+def finite_float(name: str, value) -> float:
+    """Return `value` as a finite float (any sign), or raise an `InputError` naming the flag."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}") from None
+    require(value == value and abs(value) != float("inf"), f"{name} must be finite, got {value}")
     return value
 
 

@@ -64,6 +64,31 @@ def test_model_fills_dimensions(capsys):
       "--link", "nvlink4"], "larger than the 4 tokens"),
     (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--gpu", "tpu-v5"], "unknown GPU"),
     (["tokens", "--height", "abc"], "invalid int value"),
+    # sizes that used to run until killed (an O(n) loop, a list as long as the GPU count)
+    (["plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "1000000000"], "use 1048576"),
+    (["memory", "--tokens", "432000", "--hidden", "4096", "--heads", "32", "--cp",
+      "1000000000"], "use 1048576 or fewer"),
+    (["comm", "--tokens", "432000", "--cp", "1000000000", "--heads", "32", "--head-dim", "128",
+      "--link", "nvlink4"], "use 1048576 or fewer"),
+    (["bench", "ring", "--nproc", "1000"], "use 64 or fewer"),
+    (["bench", "kernel", "--threads", "100000"], "or fewer"),
+    # checked before any process starts, instead of a traceback from inside a rank
+    (["generate", "--nproc", "3", "--attention", "full", "--full", "ulysses"], "--nproc 1, 2, 4"),
+    # numbers that overflowed, divided to infinity or went through as NaN
+    (["tokens", "--height", "720", "--width", "1280", "--fps", "1e308", "--seconds", "1e308"],
+     "--fps must be <= 10000"),
+    (["memory", "--tokens", "4320", "--hidden", "4096", "--heads", "32", "--params-b", "1e300"],
+     "--params-b must be <="),
+    (["comm", "--tokens", "4320", "--cp", "8", "--heads", "32", "--head-dim", "128",
+      "--bandwidth", "1e-320"], "--bandwidth must be between"),
+    (["comm", "--tokens", "4320", "--cp", "8", "--heads", "32", "--head-dim", "128",
+      "--bandwidth", "100", "--link-efficiency", "1e-320"], "--link-efficiency must be in"),
+    (["comm", "--tokens", "4320", "--cp", "8", "--heads", "32", "--head-dim", "128",
+      "--link", "nvlink4", "--layers", "0"], "--layers must be > 0"),
+    (["generate", "--cfg", "nan", "--nproc", "1"], "--cfg must be finite"),
+    (["generate", "--seed", str(2**64), "--nproc", "1"], "--seed must be a whole number"),
+    (["grade", "--timeout", "0"], "--timeout must be a positive"),
+    (["grade", "--timeout", "nan"], "--timeout must be a positive"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     code, out, err = run(capsys, *argv)
@@ -82,3 +107,25 @@ def test_doctor_json():
 
     r = diagnose(run_gloo=True)
     assert r["torch"] and r["gloo_allreduce"]["ok"], r
+
+
+def test_a_failing_rank_is_one_line_unless_verbose(capsys, monkeypatch):
+    """A rank's exception reaches the command line as one line and exit 2; --verbose adds the
+    rank's traceback."""
+    from cpcourse import cli
+    from cpcourse.launch import LaunchTimeout, RankError
+
+    record = {"rank": 1, "type": "RuntimeError", "message": "boom\nsecond line", "op": None,
+              "traceback": 'Traceback (most recent call last):\n  File "x.py", line 3\n',
+              "time": 0.0}
+    monkeypatch.setattr(cli, "run", lambda argv: (_ for _ in ()).throw(RankError(record, [], [])))
+    code, out, err = run(capsys, "demo")
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert "rank 1 raised RuntimeError: boom" in err and "--verbose" in err
+    code, _, err = run(capsys, "demo", "--verbose")
+    assert code == 2 and 'File "x.py", line 3' in err
+    stuck = LaunchTimeout(5, {0: "recv from rank 1", 1: "all_gather"}, [])
+    monkeypatch.setattr(cli, "run", lambda argv: (_ for _ in ()).throw(stuck))
+    code, _, err = run(capsys, "demo")
+    assert code == 2 and err.count("\n") == 1
+    assert "timed out after 5 s" in err and "rank 0: recv from rank 1; rank 1: all_gather" in err
