@@ -19,11 +19,14 @@ On CUDA the caching allocator's own counters are used (`max_memory_allocated`), 
 from __future__ import annotations
 
 import gc
+import os
 import weakref
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
+
+from cpcourse.support.errors import InputError
 
 
 def _storage_key(t: torch.Tensor) -> int:
@@ -90,6 +93,20 @@ def _has_storage(t: torch.Tensor) -> bool:
 
 def _on_cuda(args, kwargs) -> bool:
     return any(isinstance(t, torch.Tensor) and t.is_cuda for t in tree_flatten((args, kwargs))[0])
+
+
+def host_memory_bytes() -> int:
+    """This machine's physical memory in bytes (what all local ranks share)."""
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def require_fits(nbytes: int, what: str, fix: str, share: float = 0.8) -> None:
+    """Refuse, before any process starts, a run whose tensors cannot fit in this machine's memory
+    (`share` of it: the OS, Python and torch need the rest). The message carries the estimate."""
+    have = host_memory_bytes()
+    if nbytes > share * have:
+        raise InputError(f"{what} needs about {nbytes / 1e9:,.3g} GB of tensors, more than this "
+                         f"machine's {have / 1e9:,.1f} GB allows: {fix}")
 
 
 def peak_memory(fn, *args, device: str | None = None, **kwargs):

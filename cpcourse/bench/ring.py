@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 
+from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
@@ -298,6 +299,12 @@ def main(argv: list[str]) -> int:
     require({"ring_overlap", "ring_blocking", "fused"} <= set(spec["methods"]),
             "--methods must include ring_overlap, ring_blocking and fused (what the others are "
             "compared with)")
+    # Each rank builds the whole q, k, v, then runs the method with the largest peak.
+    whole = 3 * spec["seq_len"] * spec["heads"] * spec["head_dim"] * 4
+    peak = max(predicted_peak_bytes(m, spec["seq_len"], spec["nproc"], spec["heads"],
+                                    spec["head_dim"]) or 0 for m in spec["methods"])
+    require_fits(spec["nproc"] * (whole + peak), f"--seq-len {spec['seq_len']} on "
+                 f"{spec['nproc']} ranks", "use a smaller --seq-len, --heads or --nproc")
     if args.compute_only:
         import torch
 

@@ -19,6 +19,7 @@ import sys
 import time
 
 from cpcourse.launch import MAX_NPROC
+from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -123,6 +124,10 @@ def main(argv: list[str]) -> int:
             "mode": args.mode, "seed": args.seed, "timeout": args.timeout}
     require(spec["nproc"] <= MAX_NPROC, f"--nproc {spec['nproc']} is more processes than a "
             f"demo needs: use {MAX_NPROC} or fewer")
+    # Every rank builds the whole q, k, v and keeps its output; the checker holds the same again.
+    elems = spec["batch"] * spec["heads"] * spec["seq_len"] * spec["head_dim"]
+    require_fits((spec["nproc"] + 1) * 4 * elems * 4, f"--seq-len {spec['seq_len']} on "
+                 f"{spec['nproc']} ranks", "use a smaller --seq-len, --heads or --nproc")
     report = run(spec)
     if args.json:
         print(json.dumps(report, allow_nan=False))

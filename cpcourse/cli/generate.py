@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 
 import torch
 
@@ -40,6 +41,9 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
     from cpcourse.launch import launch
 
     nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
+    # Guidance past +-100 only blows the latents up (real models use 1 to 15).
+    cfg_scale = finite_float("--cfg", cfg_scale)
+    require(abs(cfg_scale) <= 100, f"--cfg must be between -100 and 100, got {cfg_scale:g}")
     require(isinstance(seed, int) and 0 <= seed < 2**63,
             f"--seed must be a whole number in [0, 2**63), got {seed!r}")
     require(attention in ATTENTIONS, f"--attention must be one of {ATTENTIONS}")
@@ -60,7 +64,7 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
                 f"{name} {val} must be a multiple of the patch size {cfg.patch}")
     spec = {"model": cfg.as_dict(), "dtype": dtype, "weight_seed": weight_seed, "seed": seed,
             "shape": [positive_int("--batch", batch), cfg.in_channels, frames, height, width],
-            "steps": positive_int("--steps", steps), "cfg_scale": finite_float("--cfg", cfg_scale),
+            "steps": positive_int("--steps", steps), "cfg_scale": cfg_scale,
             "label": label, "temporal_method": temporal_method, "full_method": full_method}
     results = launch("cpcourse.sampling:generate_rank", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
@@ -105,27 +109,61 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _load_compare(path: str) -> torch.Tensor:
+    """The latents saved by an earlier `generate --save`, read before any process starts."""
+    try:
+        other = torch.load(path, weights_only=True)
+    except Exception as exc:  # a text, empty, JSON or foreign pickle file: all say the same
+        raise InputError(f"--compare {path}: not a file saved by `cpcourse generate --save` "
+                         f"({type(exc).__name__})") from None
+    require(isinstance(other, torch.Tensor), f"--compare {path} holds no latents tensor")
+    return other
+
+
+def _check_save(path: str) -> None:
+    target = os.path.abspath(path)
+    folder = os.path.dirname(target)
+    require(not os.path.isdir(target), f"--save {path} is a directory: give a file name in it")
+    require(os.path.isdir(folder), f"--save {path}: the folder {folder} does not exist")
+    require(os.access(folder, os.W_OK), f"--save {path}: the folder {folder} is not writable")
+
+
+def _save(latents: torch.Tensor, report: dict, path: str) -> None:
+    """Write the latents and their .json report, each to a temporary file renamed into place, so
+    a failure leaves neither a half-written file nor a .pt without its report."""
+    tmp_pt, tmp_json = f"{path}.tmp-{os.getpid()}", f"{path}.json.tmp-{os.getpid()}"
+    try:
+        torch.save(latents, tmp_pt)
+        with open(tmp_json, "w") as fh:
+            json.dump(report, fh, indent=1, allow_nan=False)
+        os.replace(tmp_json, path + ".json")
+        os.replace(tmp_pt, path)
+    except OSError as exc:
+        raise InputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
+    finally:
+        for tmp in (tmp_pt, tmp_json):
+            if os.path.exists(tmp):
+                os.remove(tmp)
+
+
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     positive_float("--timeout", args.timeout)
+    other = _load_compare(args.compare) if args.compare else None
+    if args.save:
+        _check_save(args.save)
     res = run_generate(args.nproc, args.seed, frames=args.frames, height=args.height,
                        width=args.width, steps=args.steps, cfg_scale=args.cfg, label=args.label,
                        attention=args.attention, temporal_method=args.temporal,
                        full_method=args.full, dtype=args.dtype, timeout=args.timeout,
                        stream=False if args.json else True)
     report, latents = res["report"], res["latents"]
-    if args.compare:
-        try:
-            other = torch.load(args.compare, weights_only=True)
-        except (OSError, RuntimeError) as exc:
-            raise InputError(f"--compare {args.compare}: cannot read it ({exc})") from None
-        require(isinstance(other, torch.Tensor) and other.shape == latents.shape,
-                f"--compare {args.compare} holds no latents of shape {tuple(latents.shape)}")
+    if other is not None:
+        require(other.shape == latents.shape, f"--compare {args.compare} holds latents of shape "
+                f"{tuple(other.shape)}, this run made {tuple(latents.shape)}")
         report["max_abs_diff_vs_compare"] = float((other - latents).abs().max())
     if args.save:
-        torch.save(latents, args.save)
-        with open(args.save + ".json", "w") as fh:
-            json.dump(report, fh, indent=1)
+        _save(latents, report, args.save)
         report["saved"] = args.save
     if args.json:
         print(json.dumps(report, allow_nan=False))

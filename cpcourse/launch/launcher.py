@@ -42,6 +42,7 @@ from cpcourse.launch.errors import (  # noqa: F401
 from cpcourse.support.errors import positive_float, positive_int, require
 
 DEFAULT_TIMEOUT_S = 120.0
+MAX_TIMEOUT_S = 86_400.0  # a day: longer is no wall-clock limit at all
 MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
 _ERROR_GRACE_S = 0.5  # after the first failing rank, time for the others to report theirs
 
@@ -102,11 +103,15 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     nproc = positive_int("nproc", nproc)
     require(nproc <= MAX_NPROC, f"nproc {nproc} is more local processes than cpcourse starts: "
             f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
-    timeout = positive_float("timeout", timeout)
-    start_timeout = positive_float("start_timeout", start_timeout)
+    timeout = positive_float("timeout", timeout, high=MAX_TIMEOUT_S)
+    start_timeout = positive_float("start_timeout", start_timeout, high=MAX_TIMEOUT_S)
     _check_target(target)
-    omp = (env or {}).get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or 1
-    threads = positive_int("threads", threads or int(omp))
+    omp = (env or {}).get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "1"
+    if threads is None:
+        require(str(omp).strip().isdigit(), f"OMP_NUM_THREADS={omp!r} is not a whole number: "
+                "unset it, or set it to the threads each rank should use (e.g. 1)")
+        threads = int(omp)
+    threads = positive_int("threads", threads)
     pg_timeout = positive_float("pg_timeout", pg_timeout or min(30.0, timeout))
     run_dir = tempfile.mkdtemp(prefix="cpcourse-launch-")
     marker = f"cpcourse-{uuid.uuid4().hex}"

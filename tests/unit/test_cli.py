@@ -129,3 +129,22 @@ def test_a_failing_rank_is_one_line_unless_verbose(capsys, monkeypatch):
     code, _, err = run(capsys, "demo")
     assert code == 2 and err.count("\n") == 1
     assert "timed out after 5 s" in err and "rank 0: recv from rank 1; rank 1: all_gather" in err
+
+
+def test_generate_checks_its_files_before_starting(capsys, tmp_path):
+    """--save into a missing folder or onto a folder, --compare of a file that holds no latents:
+    one line, exit 2, before any process starts, and no file left behind."""
+    text, js, empty = tmp_path / "a.txt", tmp_path / "a.json", tmp_path / "empty.pt"
+    text.write_text("hi")
+    js.write_text("{}")
+    empty.write_bytes(b"")
+    before = sorted(tmp_path.iterdir())
+    for argv, words in ((["--save", str(tmp_path / "no" / "x.pt")], "does not exist"),
+                        (["--save", str(tmp_path)], "is a directory"),
+                        (["--compare", str(text)], "not a file saved by"),
+                        (["--compare", str(js)], "not a file saved by"),
+                        (["--compare", str(empty)], "not a file saved by"),
+                        (["--compare", str(tmp_path / "missing.pt")], "not a file saved by")):
+        code, out, err = run(capsys, "generate", "--nproc", "1", *argv)
+        assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)
+    assert sorted(tmp_path.iterdir()) == before
