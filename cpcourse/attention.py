@@ -274,6 +274,9 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     at the end. A side that saw no keys (lse = -inf) contributes nothing, whatever its out holds;
     both sides empty gives out = 0, lse = -inf, never NaN.
     """
+    require(all(isinstance(t, torch.Tensor) for t in (out_a, lse_a, out_b, lse_b)),
+            "merge_attention takes tensors (out_a, lse_a, out_b, lse_b), got "
+            f"{[type(t).__name__ for t in (out_a, lse_a, out_b, lse_b)]}")
     require(out_a.shape == out_b.shape,
             f"out_a and out_b must have one shape, got {tuple(out_a.shape)} and "
             f"{tuple(out_b.shape)}")

@@ -115,8 +115,19 @@ def shard_offsets(sizes: list[int]) -> list[int]:
     return offsets
 
 
+def check_rank(rank: int, world: int) -> None:
+    """InputError unless `world` is a whole number >= 1 and `rank` one of 0 .. world - 1."""
+    ok = all(isinstance(n, int) and not isinstance(n, bool) for n in (rank, world))
+    require(ok and world >= 1 and 0 <= rank < world,
+            f"need a rank in 0 .. world - 1 and world >= 1, got rank {rank!r}, world {world!r}")
+
+
 def shard(x: torch.Tensor, rank: int, world: int, dim: int = 2) -> torch.Tensor:
     """Rank `rank`'s contiguous shard of `x` along `dim` (`[B, H, L, D]` -> `[B, H, L_r, D]`)."""
+    check_rank(rank, world)
+    require(isinstance(x, torch.Tensor) and -x.dim() <= dim < x.dim(),
+            f"shard needs a tensor with a dim {dim}, got "
+            f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
     return torch.tensor_split(x, world, dim=dim)[rank].contiguous()
 
 

@@ -75,6 +75,9 @@ def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     require(q.dim() == 4 and k.shape == v.shape and q.shape[:2] == k.shape[:2],
             f"q, k, v must be [B, H, L, D] shards with k and v of one shape, got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}")
+    require(q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point,
+            f"q, k, v must share one floating dtype (the all-to-all would promote them): got "
+            f"{q.dtype}, {k.dtype}, {v.dtype}")
     heads = q.shape[1]
     if heads % world:
         raise InputError(

@@ -33,9 +33,11 @@ from cpcourse.attention import attention_with_lse
 from cpcourse.dist import (
     agree,
     all_gather_single,
+    check_rank,
     comm_device,
     forward_only,
     require_group,
+    shard,
     shard_offsets,
     shard_sizes,
     tracked,
@@ -54,6 +56,22 @@ def _check_video(q, k, v) -> None:
     require(q.shape == k.shape and q.shape[:-1] == v.shape[:-1],
             f"q, k, v must share [B, H, T, S] (and q, k the head dim): got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}")
+    # The all-to-all paths would quietly promote mixed dtypes; the ring refuses them: so do all.
+    require(q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point,
+            f"q, k, v must share one floating dtype: got {q.dtype}, {k.dtype}, {v.dtype}")
+
+
+def _check_text(q, v, text_q, text_k, text_v) -> None:
+    """Text tokens `[B, H, N, D]` that can join the video's: same B, H, head dims and dtype."""
+    for name, t, like in (("text_q", text_q, q), ("text_k", text_k, q), ("text_v", text_v, v)):
+        require(isinstance(t, torch.Tensor) and t.dim() == 4 and t.shape[:2] == q.shape[:2]
+                and t.shape[-1] == like.shape[-1] and t.dtype == q.dtype,
+                f"{name} must be text tokens [B, H, N, D] with the video's B, H, head dim and "
+                f"dtype {(*q.shape[:2], 'N', like.shape[-1])} {q.dtype}, got "
+                f"{tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__}")
+    require(text_q.shape[2] == text_k.shape[2] == text_v.shape[2],
+            f"text_q, text_k, text_v must hold the same N tokens, got {tuple(text_q.shape)}, "
+            f"{tuple(text_k.shape)}, {tuple(text_v.shape)}")
 
 
 # --- layouts: folding one video axis into the batch --------------------------------------------
@@ -92,11 +110,14 @@ def flatten_video(x: torch.Tensor) -> torch.Tensor:
 
 def frame_shard(x: torch.Tensor, rank: int, world: int) -> torch.Tensor:
     """Rank `rank`'s frames of a whole video `[B, H, T, S, D]` -> `[B, H, T_r, S, D]`."""
-    return torch.tensor_split(x, world, dim=2)[rank].contiguous()
+    require(isinstance(x, torch.Tensor) and x.dim() == 5, "frame_shard needs a video "
+            f"[B, H, T, S, D], got {tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}")
+    return shard(x, rank, world, dim=2)
 
 
 def frame_offset(frames: int, rank: int, world: int) -> int:
     """Global index of rank `rank`'s first frame (what its rotary positions start from)."""
+    check_rank(rank, world)
     return shard_offsets(shard_sizes(frames, world))[rank]
 
 
@@ -252,6 +273,7 @@ def joint_attention(q, k, v, text_q, text_k, text_v, scale=None):
     Returns (video out `[B, H, T, S, D]`, text out `[B, H, N, D]`): softmax over T*S + N keys.
     """
     _check_video(q, k, v)
+    _check_text(q, v, text_q, text_k, text_v)
     seq = lambda a, t: torch.cat([flatten_video(a), t], dim=2)  # noqa: E731
     out, _ = attention_with_lse(seq(q, text_q), seq(k, text_k), seq(v, text_v), scale=scale)
     n_video = q.shape[2] * q.shape[3]
@@ -267,6 +289,7 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None, scale=None):
     softmax (sglang#33327: silent corruption). Returns (local video out, text out).
     """
     _check_video(q, k, v)
+    _check_text(q, v, text_q, text_k, text_v)
     rank, world = require_group(group, "joint_attention_cp")
     from cpcourse.ring import ring_attention
 

@@ -26,6 +26,7 @@ import statistics
 import sys
 import time
 
+from cpcourse.launch import MAX_NPROC
 from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 
@@ -299,6 +300,8 @@ def main(argv: list[str]) -> int:
     require({"ring_overlap", "ring_blocking", "fused"} <= set(spec["methods"]),
             "--methods must include ring_overlap, ring_blocking and fused (what the others are "
             "compared with)")
+    require(spec["nproc"] <= MAX_NPROC, f"--nproc {spec['nproc']} is more local processes "
+            f"than cpcourse starts: use {MAX_NPROC} or fewer")
     # Each rank builds the whole q, k, v, then runs the method with the largest peak.
     whole = 3 * spec["seq_len"] * spec["heads"] * spec["head_dim"] * 4
     peak = max(predicted_peak_bytes(m, spec["seq_len"], spec["nproc"], spec["heads"],

@@ -78,6 +78,8 @@ def add_parsers(sub) -> None:
 
 def _video(args) -> tokens.TokenCount | None:
     """The token count the video options describe, or None when none were given."""
+    if args.frames is not None and (args.fps is not None or args.seconds is not None):
+        raise InputError("give --frames, or --fps with --seconds, not both (they can disagree)")
     if args.model:
         if args.frames is None and args.seconds is None and args.fps is not None:
             raise InputError("--fps needs --seconds too")

@@ -100,8 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cfg", type=float, default=4.0, help="guidance scale")
     p.add_argument("--label", type=int, default=3, help="class id to condition on")
     p.add_argument("--attention", choices=ATTENTIONS, default="factored")
-    p.add_argument("--temporal", choices=TEMPORAL_METHODS, default="all_to_all")
-    p.add_argument("--full", choices=FULL_METHODS, default="ring")
+    p.add_argument("--temporal", choices=TEMPORAL_METHODS, default=None,
+                   help="temporal attention under CP, with --attention factored (all_to_all)")
+    p.add_argument("--full", choices=FULL_METHODS, default=None,
+                   help="3D attention under CP, with --attention full (ring)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
     p.add_argument("--compare", default=None, help="a saved sample: report the max difference")
     p.add_argument("--timeout", type=float, default=120.0)
@@ -149,13 +151,20 @@ def _save(latents: torch.Tensor, report: dict, path: str) -> None:
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     positive_float("--timeout", args.timeout)
+    if args.attention == "factored" and args.full is not None:
+        raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
+                         "(factored attention takes --temporal)")
+    if args.attention == "full" and args.temporal is not None:
+        raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
+                         "factored (full attention takes --full)")
     other = _load_compare(args.compare) if args.compare else None
     if args.save:
         _check_save(args.save)
     res = run_generate(args.nproc, args.seed, frames=args.frames, height=args.height,
                        width=args.width, steps=args.steps, cfg_scale=args.cfg, label=args.label,
-                       attention=args.attention, temporal_method=args.temporal,
-                       full_method=args.full, dtype=args.dtype, timeout=args.timeout,
+                       attention=args.attention,
+                       temporal_method=args.temporal or "all_to_all",
+                       full_method=args.full or "ring", dtype=args.dtype, timeout=args.timeout,
                        stream=False if args.json else True)
     report, latents = res["report"], res["latents"]
     if other is not None:

@@ -89,6 +89,13 @@ def cp_cases(cases):
     except InputError as exc:
         rows.append({"case": "mismatch", "method": "overlap", "error": str(exc)})
     rows += _grad_refusals(world)
+    qm = torch.randn(1, world, 3, 8)
+    try:  # the all-to-all used to promote mixed dtypes silently, while the ring refused them
+        ulysses_attention(qm, qm, qm.double())
+        rows.append({"case": "mixed_dtype", "method": "ulysses (mixed dtypes)", "error": None})
+    except InputError as exc:
+        rows.append({"case": "mixed_dtype", "method": "ulysses (mixed dtypes)",
+                     "error": str(exc)})
     dist.barrier()
     return rows
 
@@ -196,6 +203,13 @@ def test_inputs_that_want_a_gradient_are_refused(world_rows):
         for row in grad:
             assert row["error"] and "forward only" in row["error"] and "torch.no_grad()" in (
                 row["error"]), (world, rank, row)
+
+
+def test_ulysses_refuses_mixed_dtypes(world_rows):
+    _, _, results = world_rows
+    for rows in results:
+        row = next(r for r in rows if r["case"] == "mixed_dtype")
+        assert row["error"] and "one floating dtype" in row["error"], row
 
 
 def test_a_mismatched_shape_ends_the_run_with_a_clear_error():

@@ -89,6 +89,11 @@ def test_model_fills_dimensions(capsys):
     (["generate", "--seed", str(2**64), "--nproc", "1"], "--seed must be a whole number"),
     (["grade", "--timeout", "0"], "--timeout must be a positive"),
     (["grade", "--timeout", "nan"], "--timeout must be a positive"),
+    # contradictory options are refused, not resolved silently
+    (["tokens", "--height", "720", "--width", "1280", "--frames", "5", "--fps", "24",
+      "--seconds", "5"], "not both"),
+    (["generate", "--attention", "factored", "--full", "ulysses"], "needs --attention full"),
+    (["generate", "--attention", "full", "--temporal", "ring"], "needs --attention factored"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     code, out, err = run(capsys, *argv)

@@ -126,3 +126,37 @@ def test_all_to_all_moves_far_less_than_the_ring():
     assert rows["all_to_all/temporal"]["total_bytes"] * 1.5 < rows["ring/temporal"]["total_bytes"]
     with pytest.raises(InputError, match="no cost model"):
         video_costs.predicted_bytes("spatial", "ring", 1, 1, 1, 1, 1, 1, 0)
+
+
+def test_mixed_dtypes_are_refused_like_the_ring_does():
+    """The all-to-all paths used to promote a float64 v silently; every path refuses instead."""
+    q = torch.randn(1, 2, 3, 4, 8)
+    for fn in (video.spatial_attention, video.temporal_attention, video.full_attention):
+        with pytest.raises(InputError, match="one floating dtype"):
+            fn(q, q, q.double())
+
+
+_X = torch.randn(1, 2, 4, 3, 8)
+_TEXT3 = torch.randn(1, 5, 8)
+
+
+@pytest.mark.parametrize("call", [
+    lambda: video.frame_shard(_X, 5, 2), lambda: video.frame_shard(_X, 0, 0),
+    lambda: video.frame_shard([1, 2], 0, 1), lambda: video.frame_offset(4, 5, 2),
+    lambda: video.joint_attention(_X, _X, _X, _TEXT3, _TEXT3, _TEXT3),
+], ids=["rank_past_world", "world_0", "a_list", "offset_rank_past_world", "text_3d"])
+def test_api_misuse_is_an_input_error(call):
+    """Bad ranks, worlds, non-tensors and 3-d text used to surface as IndexError or RuntimeError
+    from deep inside torch."""
+    with pytest.raises(InputError):
+        call()
+
+
+def test_shard_and_merge_misuse_is_an_input_error():
+    from cpcourse import attention, dist
+
+    for call in (lambda: dist.shard(torch.randn(1, 2, 5, 4), -1, 2),
+                 lambda: dist.shard(None, 0, 1),
+                 lambda: attention.merge_attention(None, None, None, None)):
+        with pytest.raises(InputError):
+            call()
