@@ -126,6 +126,10 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
                  "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
     child_env.update({k: str(v) for k, v in (env or {}).items()})
     child_env["OMP_NUM_THREADS"] = str(threads)  # torch.set_num_threads(threads) in each rank
+    # torchrun leaves a torchelastic_* folder in the temp dir after every run: give it (and the
+    # ranks' own temporary files) a temp dir inside run_dir, removed with it.
+    child_env["TMPDIR"] = os.path.join(run_dir, "tmp")
+    os.mkdir(child_env["TMPDIR"])
     if backend:
         child_env["CPCOURSE_BACKEND"] = backend
     cmd = [sys.executable, "-m", "cpcourse.launch.entry", "--torchrun", "--standalone",

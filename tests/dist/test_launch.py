@@ -100,6 +100,21 @@ def test_each_rank_returns_its_value(nproc, mark, capsys):
     assert sorted(results.output) == sorted(printed)
 
 
+def test_a_launch_leaves_nothing_in_the_temp_dir(mark):
+    """torchrun used to leave a torchelastic_* folder behind after every launch."""
+    import glob
+    import tempfile
+
+    def leftovers():
+        tmp = tempfile.gettempdir()
+        return {p for pat in ("torchelastic_*", "cpcourse-launch-*")
+                for p in glob.glob(os.path.join(tmp, pat))}
+
+    before = leftovers()
+    launch(f"{__file__}:rank_view", 2, timeout=120, env=_env(mark), args=("x",), stream=False)
+    assert leftovers() - before == set()
+
+
 def test_a_raising_rank_surfaces_its_traceback(mark):
     with pytest.raises(RankError) as info:
         launch(f"{__file__}:one_rank_raises", 2, timeout=120, env=_env(mark))
