@@ -18,6 +18,8 @@ runs the cell's code on 4 ranks, with `rank`, `world_size`, `torch` and `dist` p
 
 from __future__ import annotations
 
+import importlib.machinery
+import importlib.util
 import json
 import os
 import pickle
@@ -70,6 +72,15 @@ def _check_target(target: str) -> None:
     if where.endswith(".py") or os.sep in where or ":" not in target:
         require(os.path.isfile(where), f"no such file {where!r}: give 'module:function' or the "
                 "path of an existing .py file")
+        return
+    # Found here, not by every rank after start-up. Only the top-level package is looked up, on
+    # the path the ranks get, and nothing is imported in this process.
+    top = where.split(".")[0]
+    search = _child_pythonpath().split(os.pathsep) + sys.path
+    found = top in sys.modules or importlib.machinery.PathFinder.find_spec(top, search) is not None
+    require(found or importlib.util.find_spec(top) is not None,
+            f"no module {top!r} to import for target {target!r}: check the name, and that its "
+            "folder is on sys.path or is this process's working directory")
 
 
 def _absolute(target: str) -> str:
@@ -106,6 +117,8 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     timeout = positive_float("timeout", timeout, high=MAX_TIMEOUT_S)
     start_timeout = positive_float("start_timeout", start_timeout, high=MAX_TIMEOUT_S)
     _check_target(target)
+    require(backend in (None, "gloo", "nccl"),
+            f"backend must be 'gloo' or 'nccl' (or None to choose), got {backend!r}")
     omp = (env or {}).get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "1"
     if threads is None:
         require(str(omp).strip().isdigit(), f"OMP_NUM_THREADS={omp!r} is not a whole number: "

@@ -25,10 +25,21 @@ linux = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /
     ("no_such_module_without_colon", 2, 10, "no such file"),
     ("cpcourse.launch.entry:rank_info", 0, 10, "nproc must be > 0"),
     ("cpcourse.launch.entry:rank_info", 2, -1, "timeout must be a positive"),
+    ("cpcourse.launch.entry:rank_info", 1000, 10, "use 64 or fewer"),
+    ("cpcourse.launch.entry:rank_info", 2, 1e308, "timeout must be <="),
+    ("no_such_package.mod:fn", 2, 10, "no module 'no_such_package'"),
 ])
 def test_bad_arguments_fail_before_anything_starts(target, nproc, timeout, what):
     with pytest.raises(InputError, match=what):
         L.launch(target, nproc, timeout=timeout)
+
+
+def test_bad_backend_and_threads_fail_before_anything_starts(monkeypatch):
+    with pytest.raises(InputError, match="backend must be 'gloo' or 'nccl'"):
+        L.launch("cpcourse.launch.entry:rank_info", 2, backend="mpi")
+    monkeypatch.setenv("OMP_NUM_THREADS", "four")
+    with pytest.raises(InputError, match="OMP_NUM_THREADS='four' is not a whole number"):
+        L.launch("cpcourse.launch.entry:rank_info", 2)
 
 
 def test_magic_options_are_checked():
