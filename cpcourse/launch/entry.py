@@ -138,6 +138,7 @@ def _run_rank(run_dir: str) -> int:
     stack = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115
     _KEEP.append(stack)
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
+    faulthandler.enable(file=stack)  # a segfault leaves "Fatal Python error" and its stack here
     _write_atomic(os.path.join(run_dir, f"rank{rank}.pid"), str(os.getpid()).encode())
     code = 0
     try:

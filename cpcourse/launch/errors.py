@@ -49,15 +49,23 @@ class RankError(LaunchError):
         if finished and _PEER_FAILURE.search(self.traceback):
             notes.append(f"rank {', '.join(map(str, finished))} had already returned: a send, "
                          "recv or collective with no partner on that rank?")
-        head = f"rank {self.rank} raised {self.exc_type}: {self.message}"
+        head = (self.message if self.exc_type == "a crash"
+                else f"rank {self.rank} raised {self.exc_type}: {self.message}")
         super().__init__("\n".join([head + "".join(f"\n  ({n})" for n in notes),
                                     f"--- traceback from rank {self.rank} ---",
                                     self.traceback.rstrip()]))
+
+    @property
+    def peer_failure(self) -> bool:
+        """True when this is only the echo of another rank's death ("connection reset")."""
+        return bool(_PEER_FAILURE.search(self.traceback) or _PEER_FAILURE.search(self.message))
 
     def summary(self) -> str:
         first = (self.message.strip().splitlines() or [""])[0]
         if self.exc_type == "InputError":  # the rank checked an input: its words are the message
             return f"{first} (on rank {self.rank})"
+        if self.exc_type == "a crash":
+            return first
         where = f" in {self.op}" if self.op else ""
         return f"rank {self.rank} raised {self.exc_type}{where}: {first}"
 
@@ -148,8 +156,13 @@ def stuck_report(run_dir: str, nproc: int) -> tuple[dict[int, str], list[int]]:
 
 def rank_procs(run_dir: str, nproc: int) -> list:
     """(pid, start time) of each worker that recorded its pid and is still alive."""
+    return rank_procs_of(run_dir, range(nproc))
+
+
+def rank_procs_of(run_dir: str, ranks) -> list:
+    """(pid, start time) of the workers `ranks` that recorded their pid and are still alive."""
     procs = []
-    for r in range(nproc):
+    for r in ranks:
         try:
             with open(os.path.join(run_dir, f"rank{r}.pid")) as fh:
                 proc = proctree.identify(int(fh.read()))
@@ -166,6 +179,54 @@ def _read_json(path: str):
             return json.loads(fh.read() or "null")
     except (OSError, ValueError):
         return None
+
+
+def _exit_codes(torchrun_log: str) -> dict[int, int]:
+    """rank -> exit code from torchrun's failure summary ("rank : 1 ... exitcode : -11")."""
+    pairs = re.findall(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n)*?\s*exitcode\s*:\s*(-?\d+)",
+                       torchrun_log)
+    return {int(r): int(c) for r, c in pairs}
+
+
+def _how(code: int | None, stack_text: str) -> str:
+    fatal = re.search(r"Fatal Python error: ([^\n]+)", stack_text)
+    if code is not None and code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"was killed by {name}" + (f" ({fatal.group(1).strip()})" if fatal else "")
+    if fatal:
+        return f"crashed: {fatal.group(1).strip()}"
+    if code is not None:
+        return f"exited with code {code} without raising (os._exit or sys.exit in native code?)"
+    return "ended without raising or returning (os._exit, or killed by a signal)"
+
+
+def rank_death(run_dir: str, nproc: int, torchrun_log: str = "") -> RankError | None:
+    """The first rank that died without a Python exception (a segfault, a signal, os._exit):
+    it started, left no result and no error, and is gone. Its peers then fail with "connection
+    reset", which must not be what the user is told."""
+    dead = []
+    for r in range(nproc):
+        has = {ext: os.path.exists(os.path.join(run_dir, f"rank{r}.{ext}"))
+               for ext in ("pid", "err", "pkl")}
+        if has["pid"] and not has["err"] and not has["pkl"] and not rank_procs_of(run_dir, [r]):
+            dead.append(r)
+    if not dead:
+        return None
+    codes = _exit_codes(torchrun_log)
+    r = min(dead, key=lambda x: (codes.get(x) is None, x))
+    try:
+        with open(os.path.join(run_dir, f"rank{r}.stack")) as fh:
+            stack_text = fh.read()
+    except OSError:
+        stack_text = ""
+    finished = [x for x in range(nproc) if os.path.exists(os.path.join(run_dir, f"rank{x}.pkl"))]
+    record = {"rank": r, "type": "a crash", "message": f"rank {r} {_how(codes.get(r), stack_text)}",
+              "traceback": stack_text.strip() or "(no Python traceback: the process died in "
+              "native code or was killed)", "time": time.time()}
+    return RankError(record, [x for x in dead if x != r], finished)
 
 
 def rank_error(run_dir: str, nproc: int) -> RankError | None:

@@ -37,6 +37,7 @@ from cpcourse.launch.errors import (  # noqa: F401
     LaunchError,
     LaunchTimeout,
     RankError,
+    rank_death,
     rank_error,
     rank_procs,
     stuck_report,
@@ -219,7 +220,12 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
         except queue.Empty:
             break
     try:
-        failure = rank_error(run_dir, nproc) or failure
+        raised = rank_error(run_dir, nproc)
+        # After a timeout the launcher itself ended the ranks: none of them "died".
+        died = (None if isinstance(failure, LaunchTimeout)
+                else rank_death(run_dir, nproc, "\n".join(launcher_log)))
+        # A rank that crashed outright comes first: its peers' "connection reset" is an echo.
+        failure = (died if died and (raised is None or raised.peer_failure) else raised) or failure
         if failure is None:
             missing = [r for r in range(nproc)
                        if not os.path.exists(os.path.join(run_dir, f"rank{r}.pkl"))]

@@ -177,3 +177,26 @@ def test_the_magic_runs_a_cell_on_ranks(mark, capsys, monkeypatch):
     import torch.distributed
 
     assert not torch.distributed.is_initialized()  # the kernel itself never joins a group
+
+
+def crash(how):
+    """Rank 1 dies without a Python exception; rank 0 then loses its peer in a barrier."""
+    import signal as sig
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == 1:
+        if how == "segfault":
+            os.kill(os.getpid(), sig.SIGSEGV)
+        os._exit(3)
+    dist.barrier()
+    return dist.get_rank()
+
+
+@pytest.mark.parametrize("how, words", [("segfault", "rank 1 crashed: Segmentation fault"),
+                                        ("os._exit", "rank 1 ended without raising")])
+def test_a_rank_that_dies_without_raising_is_named(how, words, mark):
+    """Not rank 0's "connection reset by peer", which is only the echo of rank 1's death."""
+    with pytest.raises(RankError) as info:
+        launch(f"{__file__}:crash", 2, timeout=60, env=_env(mark), args=(how,), stream=False)
+    assert info.value.rank == 1 and words in info.value.summary(), str(info.value)[:800]
