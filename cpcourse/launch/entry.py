@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import faulthandler
+import fcntl
 import importlib
 import importlib.util
 import io
@@ -48,12 +49,14 @@ def _set_parent_death_signal(sig: int) -> None:
 class _RankStream(io.TextIOBase):
     """Writes whole lines, each prefixed with `[rank k] `, to a file descriptor, unbuffered.
 
-    One os.write per line keeps lines from different ranks intact on the shared pipe (writes
-    shorter than PIPE_BUF are atomic); a partial line waits for its newline or for flush at exit.
+    The ranks share one pipe, and the kernel interleaves writes longer than PIPE_BUF (4 KiB)
+    from different processes: each line is written under an exclusive lock on a file all ranks
+    of the launch share, so a long line arrives whole. A partial line waits for its newline or
+    for flush at exit.
     """
 
-    def __init__(self, fd: int, prefix: str):
-        self._fd, self._prefix, self._pending = fd, prefix, ""
+    def __init__(self, fd: int, prefix: str, lock_fd: int | None = None):
+        self._fd, self._prefix, self._pending, self._lock = fd, prefix, "", lock_fd
 
     def writable(self):
         return True
@@ -69,8 +72,19 @@ class _RankStream(io.TextIOBase):
         self._pending += text
         *lines, self._pending = self._pending.split("\n")
         for line in lines:
-            os.write(self._fd, f"{self._prefix}{line}\n".encode("utf-8", "replace"))
+            self._write_all(f"{self._prefix}{line}\n".encode("utf-8", "replace"))
         return len(text)
+
+    def _write_all(self, data: bytes) -> None:
+        if self._lock is not None:
+            fcntl.flock(self._lock, fcntl.LOCK_EX)
+        try:
+            view = memoryview(data)
+            while view:  # a write to a full pipe may take only part: finish under the lock
+                view = view[os.write(self._fd, view):]
+        finally:
+            if self._lock is not None:
+                fcntl.flock(self._lock, fcntl.LOCK_UN)
 
     def close_line(self) -> None:
         if self._pending:
@@ -130,7 +144,8 @@ def _write_atomic(path: str, data: bytes) -> None:
 def _run_rank(run_dir: str) -> int:
     rank = int(os.environ.get("RANK", "0"))
     prefix = f"[rank {rank}] "
-    out, err = _RankStream(1, prefix), _RankStream(2, prefix)
+    lock = os.open(os.path.join(run_dir, "output.lock"), os.O_RDWR | os.O_CREAT, 0o600)
+    out, err = _RankStream(1, prefix, lock), _RankStream(2, prefix, lock)
     sys.stdout, sys.stderr = out, err
     _set_parent_death_signal(signal.SIGKILL)
     with open(os.path.join(run_dir, "spec.json")) as fh:
