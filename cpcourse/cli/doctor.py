@@ -81,8 +81,11 @@ def diagnose(run_gloo: bool = True) -> dict:
     for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib"):
         report[pkg] = _version(pkg)
     report["cpu_threads"] = os.cpu_count()
-    report["omp_num_threads"] = os.environ.get("OMP_NUM_THREADS")
+    report["omp_num_threads"] = omp = os.environ.get("OMP_NUM_THREADS")
     problems = []
+    if omp is not None and not (omp.strip().isdigit() and int(omp) > 0):
+        problems.append(f"OMP_NUM_THREADS={omp!r} is not a positive whole number: every launch "
+                        "refuses it; unset it or set it to the threads per rank (e.g. 1)")
     for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib"):
         if report[pkg] is None:
             problems.append(f"{pkg} is not installed: run `make setup` (or `pip install -e .`)")

@@ -67,3 +67,13 @@ class ArgumentParser(argparse.ArgumentParser):
     def error(self, message):
         where = "" if self.prog == "cpcourse" else f"{self.prog}: "
         raise InputError(f"{where}{message} (see `{self.prog} --help`)")
+
+    def parse_known_args(self, args=None, namespace=None):
+        # An empty value (`--model ""`) used to mean "not given" and quietly take the default.
+        ns, extra = super().parse_known_args(args, namespace)
+        for action in self._actions:
+            value = getattr(ns, action.dest, None)
+            if isinstance(value, str) and not value.strip() and value != action.default:
+                flag = action.option_strings[0] if action.option_strings else action.dest
+                raise InputError(f"{flag} is empty: give it a value, or leave it out")
+        return ns, extra

@@ -94,6 +94,8 @@ def test_model_fills_dimensions(capsys):
       "--seconds", "5"], "not both"),
     (["generate", "--attention", "factored", "--full", "ulysses"], "needs --attention full"),
     (["generate", "--attention", "full", "--temporal", "ring"], "needs --attention factored"),
+    (["tokens", "--model", "", "--height", "720", "--width", "1280", "--frames", "5"],
+     "--model is empty"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     code, out, err = run(capsys, *argv)
@@ -112,6 +114,14 @@ def test_doctor_json():
 
     r = diagnose(run_gloo=True)
     assert r["torch"] and r["gloo_allreduce"]["ok"], r
+
+
+def test_doctor_is_not_ready_with_a_bad_omp_num_threads(monkeypatch):
+    from cpcourse.cli.doctor import diagnose
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "abc")
+    r = diagnose(run_gloo=False)
+    assert not r["ok"] and any("OMP_NUM_THREADS='abc'" in p for p in r["problems"])
 
 
 def test_a_failing_rank_is_one_line_unless_verbose(capsys, monkeypatch):
