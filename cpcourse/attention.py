@@ -100,7 +100,12 @@ def _qkv_message(rule: int, q, k, v) -> str:
 def _scale(q, scale) -> float:
     if scale is None:
         return 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    return float(scale)
+    try:
+        scale = float(scale)
+    except (TypeError, ValueError):
+        raise InputError(f"scale must be a number, got {scale!r}") from None
+    require(math.isfinite(scale), f"scale must be finite, got {scale}")
+    return scale
 
 
 def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -248,6 +253,12 @@ def attention_with_lse(q, k, v, scale=None, backend=None):
     if k.shape[2] == 0 or q.shape[2] == 0:
         return _no_keys(q, v)
     name = attention_backend(q, k, v, backend)
+    if name == "cpu-flash" and backend is None and not all(
+            bool(torch.isfinite(t).all()) for t in (q, k, v)):
+        # The CPU kernel turns a NaN row into out = 0, lse = 0, which then merges as a real
+        # block: take the plain path, which lets NaN show where it came from. (A CPU-only check:
+        # on CUDA it would cost a device sync on every call.)
+        name = "torch"
     if name != "torch":
         # The fused kernels read strided views wrongly (garbage, NaN, different on every call,
         # when the head dim is not unit-stride): hand them a dense copy. A no-op when contiguous.

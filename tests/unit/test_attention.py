@@ -337,3 +337,28 @@ def test_empty_dimensions_are_answered_not_crashed(backend, shape):
         torch.testing.assert_close(lse, torch.full_like(lse, math.log(lk)))
     with pytest.raises(InputError, match="empty dimension"):
         A.attention_with_lse(q, k, v[..., :d] if d else v, backend="cpu-flash")
+
+
+def test_nan_inputs_show_as_nan_not_as_an_empty_block():
+    """Regression: the CPU kernel returned out = 0, lse = 0 for a NaN row, which a merge then
+    weighs as a real block of keys."""
+    q, k, v = qkv(1, 2, 6, 9, 16)
+    q[0, 1, 2, 3] = float("nan")
+    out, lse = A.attention_with_lse(q, k, v)
+    assert torch.isnan(out[0, 1, 2]).all() and torch.isnan(lse[0, 1, 2])
+    rows = torch.ones(6, dtype=torch.bool)
+    rows[2] = False
+    clean_out, clean_lse = A.attention_with_lse(q[:, :, rows], k, v)
+    torch.testing.assert_close(out[:, :, rows], clean_out)
+    torch.testing.assert_close(lse[:, :, rows], clean_lse)
+    k[0, 0, 4, 0] = float("nan")  # a NaN key poisons every query of its head, only that head
+    out, lse = A.attention_with_lse(q, k, v)
+    assert torch.isnan(lse[0, 0]).all() and torch.isnan(out[0, 0]).all()
+    assert torch.isfinite(lse[0, 1, rows]).all()
+
+
+@pytest.mark.parametrize("scale", [float("nan"), float("inf"), "two"])
+def test_a_scale_that_is_not_a_finite_number_is_refused(scale):
+    q, k, v = qkv(1, 1, 3, 3, 8)
+    with pytest.raises(InputError, match="scale must be"):
+        A.attention_with_lse(q, k, v, scale=scale)
