@@ -26,7 +26,7 @@ import statistics
 import sys
 import time
 
-from cpcourse.launch import MAX_NPROC
+from cpcourse.launch import check_nproc
 from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 
@@ -288,7 +288,7 @@ def main(argv: list[str]) -> int:
     from cpcourse.launch import launch
 
     args = _parser().parse_args(argv)
-    spec = {"nproc": positive_int("--nproc", args.nproc),
+    spec = {"nproc": check_nproc(args.nproc, "--nproc"),
             "seq_len": 1024 if args.quick else positive_int("--seq-len", args.seq_len),
             "heads": positive_int("--heads", args.heads),
             "head_dim": positive_int("--head-dim", args.head_dim),
@@ -300,8 +300,6 @@ def main(argv: list[str]) -> int:
     require({"ring_overlap", "ring_blocking", "fused"} <= set(spec["methods"]),
             "--methods must include ring_overlap, ring_blocking and fused (what the others are "
             "compared with)")
-    require(spec["nproc"] <= MAX_NPROC, f"--nproc {spec['nproc']} is more local processes "
-            f"than cpcourse starts: use {MAX_NPROC} or fewer")
     # Each rank builds the whole q, k, v, then runs the method with the largest peak.
     whole = 3 * spec["seq_len"] * spec["heads"] * spec["head_dim"] * 4
     peak = max(predicted_peak_bytes(m, spec["seq_len"], spec["nproc"], spec["heads"],

@@ -18,9 +18,9 @@ import json
 import sys
 import time
 
-from cpcourse.launch import MAX_NPROC
+from cpcourse.launch import check_nproc
 from cpcourse.memory import require_fits
-from cpcourse.support.errors import ArgumentParser, positive_int, require
+from cpcourse.support.errors import ArgumentParser, positive_int
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 4e-3}  # max |ring - fused|
@@ -116,14 +116,12 @@ def run(spec: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    spec = {"nproc": positive_int("--nproc", args.nproc),
+    spec = {"nproc": check_nproc(args.nproc, "--nproc"),
             "seq_len": positive_int("--seq-len", args.seq_len),
             "heads": positive_int("--heads", args.heads),
             "head_dim": positive_int("--head-dim", args.head_dim),
             "batch": positive_int("--batch", args.batch), "dtype": DTYPES[args.dtype],
             "mode": args.mode, "seed": args.seed, "timeout": args.timeout}
-    require(spec["nproc"] <= MAX_NPROC, f"--nproc {spec['nproc']} is more processes than a "
-            f"demo needs: use {MAX_NPROC} or fewer")
     # Every rank builds the whole q, k, v and keeps its output; the checker holds the same again.
     elems = spec["batch"] * spec["heads"] * spec["seq_len"] * spec["head_dim"]
     require_fits((spec["nproc"] + 1) * 4 * elems * 4, f"--seq-len {spec['seq_len']} on "

@@ -18,13 +18,14 @@ from cpcourse.launch.launcher import (
     DEFAULT_TIMEOUT_S,
     MAX_NPROC,
     RankResults,
+    check_nproc,
     launch,
     register_magics,
     torchrun_cell,
 )
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_NPROC", "LaunchError", "LaunchTimeout", "RankError",
-           "RankResults", "launch", "register_magics", "torchrun_cell"]
+           "RankResults", "check_nproc", "launch", "register_magics", "torchrun_cell"]
 
 
 class _CallableModule(types.ModuleType):

@@ -50,6 +50,15 @@ MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never 
 _ERROR_GRACE_S = 0.5  # after the first failing rank, time for the others to report theirs
 
 
+def check_nproc(nproc, flag: str = "nproc") -> int:
+    """`nproc` as a whole number of local ranks in 1 .. MAX_NPROC, or an InputError naming
+    `flag` (the commands check it before anything else, with their own flag's name)."""
+    nproc = positive_int(flag, nproc)
+    require(nproc <= MAX_NPROC, f"{flag} {nproc} is more local processes than cpcourse starts: "
+            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
+    return nproc
+
+
 class RankResults(list):
     """Per-rank return values (index = rank), plus `seconds` (wall time) and `output` (lines)."""
 
@@ -112,9 +121,7 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     OMP_NUM_THREADS, else 1).
     stream: True prints rank output here, False keeps it quiet, a callable receives each line.
     """
-    nproc = positive_int("nproc", nproc)
-    require(nproc <= MAX_NPROC, f"nproc {nproc} is more local processes than cpcourse starts: "
-            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
+    nproc = check_nproc(nproc)
     timeout = positive_float("timeout", timeout, high=MAX_TIMEOUT_S)
     start_timeout = positive_float("start_timeout", start_timeout, high=MAX_TIMEOUT_S)
     _check_target(target)

@@ -9,6 +9,7 @@ says what to change. The command line prints that line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import math
 
 
 class InputError(ValueError):
@@ -31,32 +32,33 @@ def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     return value
 
 
+def _number(name: str, value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise InputError(f"{name} must be a number, got {value!r}") from None
+
+
 def positive_float(name: str, value, *, low: float | None = None,
                    high: float | None = None) -> float:
     """Return `value` as a float > 0 (and within [low, high] when given), or raise an
     `InputError` naming the flag to fix. Bounds keep later arithmetic finite: 1e308 fps times
     1e308 seconds is infinity, a bandwidth of 1e-320 GB/s divides to infinity."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {value!r}") from None
-    require(value > 0 and value == value and value != float("inf"),
+    value = _number(name, value)
+    require(value > 0 and math.isfinite(value),
             f"{name} must be a positive finite number, got {value}")
-    if (low is not None and value < low) or (high is not None and value > high):
-        raise InputError(f"{name} must be between {low:g} and {high:g}, got {value:g}"
-                         if low is not None and high is not None else
-                         f"{name} must be {'>=' if low is not None else '<='} "
-                         f"{low if low is not None else high:g}, got {value:g}")
+    lo, hi = -math.inf if low is None else low, math.inf if high is None else high
+    if not lo <= value <= hi:
+        bounds = (f"between {low:g} and {high:g}" if low is not None and high is not None
+                  else f">= {low:g}" if low is not None else f"<= {high:g}")
+        raise InputError(f"{name} must be {bounds}, got {value:g}")
     return value
 
 
 def finite_float(name: str, value) -> float:
     """Return `value` as a finite float (any sign), or raise an `InputError` naming the flag."""
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        raise InputError(f"{name} must be a number, got {value!r}") from None
-    require(value == value and abs(value) != float("inf"), f"{name} must be finite, got {value}")
+    value = _number(name, value)
+    require(math.isfinite(value), f"{name} must be finite, got {value}")
     return value
 
 

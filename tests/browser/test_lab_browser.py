@@ -98,7 +98,7 @@ def _drag(page, handle, dx: float = 20) -> None:
 
 def _move_one_control(page, dashboard) -> str:
     """Move the dashboard's first slider (else pick another entry of its first dropdown)."""
-    if dashboard.evaluate("d => d.classList.contains('cpc-dashboard')"):
+    if _is_token_dashboard(dashboard):
         _drag(page, dashboard.locator(".cpc-seconds .noUi-handle").first)
         return "the clip-length slider"
     sliders = dashboard.locator(".widget-slider .noUi-handle")

@@ -220,3 +220,14 @@ def test_long_lines_from_two_ranks_arrive_whole(mark):
     want = {f"[rank {r}] {r}:{i}:" + str(r) * width for r in range(2) for i in range(n)}
     got = [line.rstrip("\n") for line in results.output]
     assert want <= set(got), f"{len(want - set(got))} of {len(want)} lines arrived broken"
+
+
+def exit_three():
+    os._exit(3)
+
+
+def test_a_rank_that_exits_without_raising_is_named_with_its_code(mark):
+    """When torchrun ends on its own, its failure summary gives the dead rank's exit code."""
+    with pytest.raises(RankError) as info:
+        launch(f"{__file__}:exit_three", 1, timeout=60, env=_env(mark), stream=False)
+    assert info.value.rank == 0 and "exited with code 3" in info.value.summary()
