@@ -44,3 +44,17 @@ def test_setup_installs_torch_without_cuda_on_cpu_machines():
     assert "nvidia-smi" in script and "-U" not in script.split()
     makefile = (ROOT / "Makefile").read_text()
     assert "install_torch.sh" in makefile and "--upgrade" not in makefile
+
+
+def test_every_test_folder_is_collected():
+    """pytest's default norecursedirs skips folders named dist: tests/dist went unrun."""
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p",
+                        "no:cacheprovider", "tests", "--impl", "solutions"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=120)
+    folders = {t.parent.name for t in (ROOT / "tests").glob("*/test_*.py")}
+    collected = {line.split("/")[1] for line in p.stdout.splitlines()
+                 if line.startswith("tests/") and "::" in line}
+    assert folders and folders <= collected, (sorted(folders - collected), p.stdout[-500:])
