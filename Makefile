@@ -1,4 +1,5 @@
-# cpcourse: `make lab` opens the course, `make test` runs every test, `make demo` runs the ring.
+# cpcourse: `make lab` opens the course, `make test` runs every test, `make demo` runs the ring
+# and draws a clip (demo.gif) with the trained tiny video model under CP.
 # Every target creates .venv when it is missing and is safe to run again.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -30,6 +31,7 @@ test-fast: setup
 
 demo: setup
 	$(VENV)/bin/cpcourse demo --nproc $(NPROC)
+	$(VENV)/bin/cpcourse generate --prompt circle-right --nproc 2 --gif demo.gif --compare
 
 exercises: setup
 	$(PY) tools/make_exercises.py

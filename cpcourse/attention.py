@@ -245,7 +245,7 @@ def _all_finite(*tensors) -> bool:
     mask of the input's size (which the memory tests see); a finite sum that overflows only
     sends the call down the plain path, which is right anyway."""
     acc = torch.float64 if tensors[0].dtype == torch.float64 else torch.float32
-    return all(math.isfinite(float(t.sum(dtype=acc))) for t in tensors)
+    return all(math.isfinite(float(t.detach().sum(dtype=acc))) for t in tensors)
 
 
 def attention_with_lse(q, k, v, scale=None, backend=None):

@@ -12,13 +12,19 @@ Blocks (DiT with adaLN-zero-style modulation from timestep + class embeddings):
     factored: x += g1 * SpatialAttn(mod(norm(x)));  x += g2 * TemporalAttn(...);  x += g3 * MLP(...)
     full:     x += g1 * Full3DAttn(mod(norm(x)));   x += g2 * MLP(...)
 q and k get 3D rotary embeddings at their GLOBAL frame index. Class id `num_classes` is the
-"no condition" id used by classifier-free guidance. The weights are random (seeded): this model
-shows that CP is exact, not that it draws cats.
+"no condition" id used by classifier-free guidance. With `num_motions > 0` a second label (the
+shapes model's direction of motion) has its own embedding, added to the first, with its own
+"no condition" id `num_motions`. `prediction` says what the network outputs: the flow velocity
+(`"velocity"`, noise - x0) or the clean sample (`"sample"`, x0; `cpcourse.shapes` explains why
+the trained model uses it). `build_model` gives seeded random weights, which show that CP is
+exact; `cpcourse.shapes_model.load_shapes_model` gives the trained ones, which draw.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import os
 from dataclasses import asdict, dataclass
 
 import torch
@@ -26,9 +32,10 @@ from torch import nn
 
 from cpcourse import video
 from cpcourse.rope import rope_3d
-from cpcourse.support.errors import require
+from cpcourse.support.errors import InputError, require
 
 ATTENTIONS = ("factored", "full")
+PREDICTIONS = ("velocity", "sample")
 
 
 @dataclass(frozen=True)
@@ -43,8 +50,12 @@ class DiTConfig:
     mlp_ratio: int = 4
     num_classes: int = 10
     attention: str = "factored"      # "factored" (spatial + temporal) or "full" (3D)
+    num_motions: int = 0             # > 0: a second label with its own embedding
+    prediction: str = "velocity"     # what the network outputs: "velocity" or "sample" (x0)
 
     def __post_init__(self):
+        require(self.prediction in PREDICTIONS,
+                f"prediction must be one of {PREDICTIONS}, got {self.prediction!r}")
         require(self.attention in ATTENTIONS,
                 f"attention must be one of {ATTENTIONS}, got {self.attention!r}")
         require(self.hidden % self.heads == 0,
@@ -56,6 +67,11 @@ class DiTConfig:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    @property
+    def null_label(self) -> tuple[int, ...]:
+        """The "no condition" label(s) classifier-free guidance passes."""
+        return (self.num_classes, self.num_motions) if self.num_motions else (self.num_classes,)
 
 
 @dataclass(frozen=True)
@@ -101,6 +117,12 @@ def _modulate(x, shift, scale):
     return x * (1 + scale[:, None, None]) + shift[:, None, None]
 
 
+def _residual(x, update):
+    # In place under no_grad (inference); autograd needs the old x kept for the norm's backward.
+    return x + update if torch.is_grad_enabled() and (x.requires_grad or update.requires_grad) \
+        else x.add_(update)
+
+
 class Attention(nn.Module):
     """qkv projection, 3D rotary, one of the video attentions, output projection."""
 
@@ -144,17 +166,18 @@ class Block(nn.Module):
 
     def forward(self, x, c, ctx: CPContext):
         mods = self.ada(nn.functional.silu(c)).chunk(3 * (len(self.attns) + 1), dim=-1)
-        # In-place residual adds: the caller's reference to the block input would otherwise keep
-        # a second copy of the residual stream alive through the whole block.
+        # In-place residual adds at inference: the caller's reference to the block input would
+        # otherwise keep a second copy of the residual stream alive through the whole block.
         for i, attn in enumerate(self.attns):
             shift, scale, gate = mods[3 * i:3 * i + 3]
-            x = x.add_(gate[:, None, None] * attn(_modulate(self.norm(x), shift, scale), ctx))
+            x = _residual(x, gate[:, None, None] * attn(_modulate(self.norm(x), shift, scale), ctx))
         shift, scale, gate = mods[-3:]
-        return x.add_(gate[:, None, None] * self.mlp(_modulate(self.norm(x), shift, scale)))
+        return _residual(x, gate[:, None, None] * self.mlp(_modulate(self.norm(x), shift, scale)))
 
 
 class TinyVideoDiT(nn.Module):
-    """Predicts the flow velocity of noisy tokens: `[B, T_r, S, C*p*p]` -> same shape."""
+    """Noisy tokens `[B, T_r, S, C*p*p]`, times `[B]`, labels `[B]` (or `[B, 2]` with
+    `num_motions`) -> the velocity or the clean sample (`cfg.prediction`), tokens' shape."""
 
     def __init__(self, cfg: DiTConfig):
         super().__init__()
@@ -164,6 +187,8 @@ class TinyVideoDiT(nn.Module):
         self.t_mlp = nn.Sequential(nn.Linear(cfg.hidden, cfg.hidden), nn.SiLU(),
                                    nn.Linear(cfg.hidden, cfg.hidden))
         self.y_embed = nn.Embedding(cfg.num_classes + 1, cfg.hidden)  # last id: unconditional
+        if cfg.num_motions:
+            self.m_embed = nn.Embedding(cfg.num_motions + 1, cfg.hidden)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(cfg.hidden, elementwise_affine=False, eps=1e-6)
         self.final_ada = nn.Linear(cfg.hidden, 2 * cfg.hidden)
@@ -172,7 +197,13 @@ class TinyVideoDiT(nn.Module):
     def forward(self, tokens: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
                 ctx: CPContext | None = None) -> torch.Tensor:
         ctx = ctx or CPContext()
-        c = self.t_mlp(timestep_embedding(t, self.cfg.hidden).to(tokens.dtype)) + self.y_embed(y)
+        c = self.t_mlp(timestep_embedding(t, self.cfg.hidden).to(tokens.dtype))
+        if self.cfg.num_motions:
+            require(y.dim() == 2 and y.shape[1] == 2, "labels must be [B, 2] (shape, motion) "
+                    f"for a model with num_motions, got {tuple(y.shape)}")
+            c = c + self.y_embed(y[:, 0]) + self.m_embed(y[:, 1])
+        else:
+            c = c + self.y_embed(y)
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x, c, ctx)
@@ -193,3 +224,38 @@ def build_model(cfg: DiTConfig, weight_seed: int = 0, dtype=torch.float32) -> Ti
             std = 0.02 if name.endswith("bias") else 1.0 / math.sqrt(p.shape[-1])
             p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64) * std)
     return model.to(dtype).eval()
+
+
+def save_weights(model: TinyVideoDiT, path: str, extra: dict) -> None:
+    """safetensors file; its metadata holds the model config and `extra` (JSON strings)."""
+    from safetensors.torch import save_file
+
+    meta = {"config": json.dumps(model.cfg.as_dict())}
+    meta.update({k: json.dumps(v) for k, v in extra.items()})
+    tmp = f"{path}.tmp-{os.getpid()}"
+    try:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp, metadata=meta)
+        os.replace(tmp, path)
+    except OSError as exc:
+        raise InputError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:
+    """A model and its metadata from a file `save_weights` wrote; anything else: InputError."""
+    from safetensors import safe_open
+
+    require(os.path.isfile(path), f"weights {path}: no such file")
+    try:
+        with safe_open(path, framework="pt") as fh:
+            meta = {k: json.loads(v) for k, v in (fh.metadata() or {}).items()}
+            tensors = {k: fh.get_tensor(k) for k in fh.keys()}
+        cfg = DiTConfig(**meta["config"])
+        model = TinyVideoDiT(cfg)
+        model.load_state_dict(tensors)
+    except (InputError, OSError, KeyError, RuntimeError, ValueError, TypeError) as exc:
+        raise InputError(f"weights {path}: not a file written by `cpcourse train` "
+                         f"({type(exc).__name__})") from None
+    return model.to(dtype).eval(), meta

@@ -16,7 +16,7 @@ import time
 
 import torch
 
-from cpcourse.dit import CPContext, DiTConfig, build_model, patchify, unpatchify
+from cpcourse.dit import CPContext, DiTConfig, build_model, load_weights, patchify, unpatchify
 from cpcourse.video import frame_offset
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -28,31 +28,67 @@ def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
 
 
+def _labels(cfg, label, b: int) -> torch.Tensor:
+    """Conditional then unconditional labels for a batch of 2B: `[2B]`, or `[2B, 2]` when the
+    model has a second (motion) label and `label` is a (shape, motion) pair."""
+    label = tuple(label) if isinstance(label, (tuple, list)) else (label,)
+    null = cfg.null_label
+    if len(label) != len(null):
+        raise ValueError(f"this model takes {len(null)} label(s), got {label}")
+    y = torch.tensor([label] * b + [null] * b)
+    return y if cfg.num_motions else y[:, 0]
+
+
 @torch.no_grad()
-def sample(model, noise_frames: torch.Tensor, label: int, steps: int = 4, cfg_scale: float = 4.0,
-           ctx: CPContext | None = None, step_times: list | None = None) -> torch.Tensor:
+def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: float = 4.0,
+           ctx: CPContext | None = None, step_times: list | None = None,
+           trajectory: list | None = None) -> torch.Tensor:
     """Denoise this rank's frames `[B, C, T_r, Hl, Wl]` -> the sample's frames, same shape.
 
-    `ctx` None: one process, whole video. `step_times`, when given, receives seconds per step.
+    `label`: a class id, or a (shape, motion) pair for a model with `num_motions`. `ctx` None:
+    one process, whole video. `step_times`, when given, receives seconds per step;
+    `trajectory` the frames after each step (the clip emerging from the noise).
+    A model that predicts the clean sample x0 (`prediction="sample"`) is turned into a velocity
+    by v = (x_t - x0) / t, exact for the straight path x_t = (1 - t) x0 + t noise; guidance is
+    linear, so guiding x0 or v is the same thing.
     """
     cfg = model.cfg
     b, c, _, hl, wl = noise_frames.shape
     grid = (hl // cfg.patch, wl // cfg.patch)
     ctx = ctx or CPContext(grid=grid)
     x = patchify(noise_frames, cfg.patch)
-    y = torch.tensor([label] * b + [cfg.num_classes] * b)
+    y = _labels(cfg, label, b)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         start = time.perf_counter()
         t = torch.full((2 * b,), float(times[i]), dtype=x.dtype)
-        v = model(torch.cat([x, x]), t, y, ctx)
-        v_cond, v_uncond = v.chunk(2)
-        v = v_uncond + cfg_scale * (v_cond - v_uncond)
+        out = model(torch.cat([x, x]), t, y, ctx)
+        cond, uncond = out.chunk(2)
+        guided = uncond + cfg_scale * (cond - uncond)
+        v = (x - guided) / float(times[i]) if cfg.prediction == "sample" else guided
         x = x + float(times[i + 1] - times[i]) * v
-        del v, v_cond, v_uncond
+        del v, out, cond, uncond, guided
         if step_times is not None:
             step_times.append(time.perf_counter() - start)
+        if trajectory is not None:
+            trajectory.append(unpatchify(x, c, cfg.patch, grid))
     return unpatchify(x, c, cfg.patch, grid)
+
+
+def spec_model(spec: dict):
+    """The model a `cpcourse generate` spec names: trained weights from a file, else the seeded
+    random DiT (the same on every rank, no broadcast needed)."""
+    dtype = DTYPES[spec["dtype"]]
+    if spec.get("weights"):
+        return load_weights(spec["weights"], dtype)[0]
+    return build_model(DiTConfig(**spec["model"]), spec["weight_seed"], dtype)
+
+
+def single_process_sample(spec: dict) -> torch.Tensor:
+    """The reference: the same spec sampled in this process, whole video, no process group."""
+    model = spec_model(spec)
+    noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+    return sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
 
 
 def generate_rank(spec: dict) -> dict:
@@ -63,9 +99,9 @@ def generate_rank(spec: dict) -> dict:
     from cpcourse.memory import peak_memory
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    cfg = DiTConfig(**spec["model"])
+    model = spec_model(spec)
+    cfg = model.cfg
     dtype = DTYPES[spec["dtype"]]
-    model = build_model(cfg, spec["weight_seed"], dtype)
     b, c, t, hl, wl = spec["shape"]
     noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), world,
                                dim=2)[rank].contiguous()

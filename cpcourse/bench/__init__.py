@@ -3,6 +3,7 @@
     cpcourse bench kernel --json          # attention_with_lse vs fused SDPA vs naive
     cpcourse bench ring --nproc 2 --json  # ring variants vs all-gather, Ulysses, torch CP
     cpcourse bench launch --json          # launch(): start-up, error latency, orphans
+    cpcourse bench shapes --json          # does the trained model draw what it is asked?
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -18,6 +19,7 @@ BENCHMARKS = {
     "kernel": "attention_with_lse against fused SDPA and naive attention, several L",
     "ring": "overlapped / blocking / all-gather ring, Ulysses, torch CP, one-process fused",
     "launch": "launch(): start-up time, error latency, processes left after a kill",
+    "shapes": "the trained shapes model: tracked direction, shape and presence per prompt",
 }
 
 

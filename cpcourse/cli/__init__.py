@@ -26,7 +26,9 @@ DELEGATED = {
     "grade": ("cpcourse.course.grading",
               "grade every exercise (--impl exercises|solutions, --json)"),
     "doctor": ("cpcourse.cli.doctor", "check this machine: versions, threads, CUDA, gloo"),
-    "generate": ("cpcourse.cli.generate", "sample a tiny video DiT on P processes"),
+    "generate": ("cpcourse.cli.generate",
+                 "generate a clip with the trained shapes model on P processes"),
+    "train": ("cpcourse.cli.train", "train the tiny video DiT on moving shapes"),
 }
 CALCULATORS = ("tokens", "memory", "comm", "plan")
 

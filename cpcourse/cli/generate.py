@@ -1,15 +1,19 @@
-"""`cpcourse generate`: sample the tiny video DiT on P processes and save the latents.
+"""`cpcourse generate`: a clip from the trained tiny video model, on P processes under CP.
 
-    cpcourse generate --nproc 2 --seed 0 --save /tmp/sample.pt --json
+    cpcourse generate --prompt circle-right --seed 0 --nproc 2 --gif /tmp/circle.gif --compare
 
-The sampler is a few Euler steps of a rectified flow (x_1 = noise, x_0 = sample,
-x <- x + (t_next - t) * v) with classifier-free guidance: the conditional and unconditional
-passes run as one batch of 2B, v = v_uncond + cfg * (v_cond - v_uncond). Noise is drawn for the
-whole video from the seed on every rank and each rank keeps its frames, so the sample does not
-depend on P. Every rank measures its peak tensor memory (`cpcourse.memory`) and its time per
-step; the report sets the peak beside `cpcourse.dit_costs.predicted_peak_bytes`.
-The saved file is the latent tensor `[B, C, T, Hl, Wl]` (`torch.load(path)`); a `.json` report
-is written beside it.
+The sampler is Euler steps of a rectified flow (x_1 = noise, x_0 = sample) with classifier-free
+guidance, the conditional and unconditional passes as one batch of 2B (`cpcourse.sampling`).
+Noise is drawn for the whole video from the seed on every rank and each rank keeps its frames, so
+the clip does not depend on P; `--compare` also samples in this process and reports the largest
+difference. Every rank measures its peak tensor memory and its time per step.
+
+Weights: `--weights shipped` (the default) is the model `cpcourse train` trained on moving
+shapes (`cpcourse.shapes`): `--prompt` picks what it draws (`--list-prompts`), `--save` writes
+the clip `[T, 3, H, W]` in [0, 1] and `--gif` an animated GIF; the report says what the tracker
+sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights random` is
+the seeded random DiT of the exactness tests: `--label` conditions it, and `--save` writes its
+latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
 """
 
 from __future__ import annotations
@@ -31,51 +35,107 @@ from cpcourse.support.errors import (
 )
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
+RANDOM_DEFAULTS = {"frames": 8, "height": 16, "width": 16, "steps": 4, "cfg_scale": 4.0}
+TRAINED_DEFAULTS = {"frames": 8, "height": 32, "width": 32, "steps": 25, "cfg_scale": 4.0}
 
-def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16,
-                 width: int = 16, batch: int = 1, steps: int = 4, cfg_scale: float = 4.0,
-                 label: int = 3, attention: str = "factored", temporal_method: str = "all_to_all",
+
+def _weights_path(weights: str) -> str | None:
+    """None for the random model; else the file to load (checked here, before any launch)."""
+    from cpcourse.dit import load_weights
+    from cpcourse.shapes_model import shipped_path
+
+    if weights == "random":
+        return None
+    path = shipped_path() if weights == "shipped" else os.path.abspath(weights)
+    load_weights(path)  # a missing or foreign file is one clear error now, not one per rank
+    return path
+
+
+def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
+                 weights: str = "shipped", frames: int | None = None, height: int | None = None,
+                 width: int | None = None, batch: int = 1, steps: int | None = None,
+                 cfg_scale: float | None = None, label: int | None = None,
+                 attention: str | None = None, temporal_method: str = "all_to_all",
                  full_method: str = "ring", dtype: str = "fp32", weight_seed: int = 0,
-                 model: dict | None = None, timeout: float = 120.0, stream=False) -> dict:
-    """Sample on `nproc` processes; returns {"latents": [B, C, T, Hl, Wl], "report": {...}}."""
-    from cpcourse.launch import launch
+                 model: dict | None = None, compare: bool = False, timeout: float = 120.0,
+                 stream=False) -> dict:
+    """Sample on `nproc` processes.
 
+    Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
+    only, else None), "report": {...}}. `weights`: "shipped", a file from `cpcourse train`, or
+    "random" (then `label`, `attention`, `model` and `weight_seed` choose the random DiT).
+    """
+    from cpcourse.dit import load_weights
+    from cpcourse.launch import launch
+    from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
+    from cpcourse.shapes_model import to_clip
+
+    path = _weights_path(weights)
+    trained = path is not None
+    defaults = TRAINED_DEFAULTS if trained else RANDOM_DEFAULTS
+    frames = defaults["frames"] if frames is None else frames
+    height = defaults["height"] if height is None else height
+    width = defaults["width"] if width is None else width
+    steps = defaults["steps"] if steps is None else steps
+    cfg_scale = defaults["cfg_scale"] if cfg_scale is None else cfg_scale
     nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
-    # Guidance past +-100 only blows the latents up (real models use 1 to 15).
-    cfg_scale = finite_float("--cfg", cfg_scale)
-    require(abs(cfg_scale) <= 100, f"--cfg must be between -100 and 100, got {cfg_scale:g}")
+    # Guidance past +-100 only blows the sample up (real models use 1 to 15).
+    cfg_scale = finite_float("--cfg-scale", cfg_scale)
+    require(abs(cfg_scale) <= 100, f"--cfg-scale must be between -100 and 100, got {cfg_scale:g}")
     require(isinstance(seed, int) and 0 <= seed < 2**63,
             f"--seed must be a whole number in [0, 2**63), got {seed!r}")
-    require(attention in ATTENTIONS, f"--attention must be one of {ATTENTIONS}")
     require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
     require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
     require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     require(nproc <= frames, f"--nproc {nproc} is more than the {frames} latent frames to split: "
             f"use --nproc {frames} or fewer, or more --frames")
-    cfg = DiTConfig(**{**(model or {}), "attention": attention})
-    if attention == "full" and full_method == "ulysses":  # found before start-up, not in a rank
+    if trained:
+        cfg = load_weights(path)[0].cfg
+        require(label is None, "--label conditions the random model: the trained model takes "
+                f"--prompt ({', '.join(PROMPTS)})")
+        require(model is None and batch == 1, "the trained model's size is fixed by its weights "
+                "and it draws one clip per run")
+        require(attention in (None, cfg.attention), f"these weights were trained with "
+                f"--attention {cfg.attention}: leave --attention out (or use --weights random)")
+        prompt = prompt or PROMPTS[1]
+        cond = parse_prompt(prompt)
+        require(frames <= 4 * defaults["frames"], f"--frames {frames}: the model was trained on "
+                f"{defaults['frames']} frames; use at most {4 * defaults['frames']}")
+    else:
+        require(prompt is None, "--prompt needs trained weights: drop --weights random, or "
+                "condition the random model with --label")
+        cfg = DiTConfig(**{**(model or {}), "attention": attention or "factored"})
+        label = 3 if label is None else label
+        require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
+        cond = label
+    if cfg.attention == "full" and full_method == "ulysses":  # found before start-up, not in a rank
         works = [p for p in range(1, cfg.heads + 1) if cfg.heads % p == 0]
         require(cfg.heads % nproc == 0,
                 f"--full ulysses splits the model's {cfg.heads} heads over the {nproc} ranks: use "
                 f"--nproc {', '.join(map(str, works))}, or --full ring (no such limit)")
-    require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
     for name, val in (("--height", height), ("--width", width)):
         require(positive_int(name, val) % cfg.patch == 0,
                 f"{name} {val} must be a multiple of the patch size {cfg.patch}")
-    spec = {"model": cfg.as_dict(), "dtype": dtype, "weight_seed": weight_seed, "seed": seed,
+        require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
+                f"use at most {64 * cfg.patch}")
+    spec = {"model": cfg.as_dict(), "weights": path, "dtype": dtype, "weight_seed": weight_seed,
+            "seed": seed,
             "shape": [positive_int("--batch", batch), cfg.in_channels, frames, height, width],
             "steps": positive_int("--steps", steps), "cfg_scale": cfg_scale,
-            "label": label, "temporal_method": temporal_method, "full_method": full_method}
+            "label": cond, "temporal_method": temporal_method, "full_method": full_method}
+    require(steps <= 1000, f"--steps {steps}: use at most 1000")
     results = launch("cpcourse.sampling:generate_rank", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
     latents = torch.cat([r["frames"] for r in results], dim=2)
     steps_s = [max(r["step_seconds"][i] for r in results) for i in range(steps)]
-    report = {"nproc": nproc, "seed": seed, "shape": spec["shape"], "dtype": dtype,
-              "attention": attention, "temporal_method": temporal_method,
-              "full_method": full_method, "steps": steps, "cfg_scale": float(cfg_scale),
+    report = {"nproc": nproc, "seed": seed, "weights": weights if not trained else path,
+              "shape": spec["shape"], "dtype": dtype, "attention": cfg.attention,
+              "temporal_method": temporal_method, "full_method": full_method, "steps": steps,
+              "cfg_scale": float(cfg_scale),
               "frames_per_rank": [r["frames"].shape[2] for r in results],
               "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
               "predicted_peak_bytes_per_rank": [int(r["predicted_peak_bytes"]) for r in results],
+              "seconds": round(max(sum(r["step_seconds"]) for r in results), 4),
               "seconds_per_step": sorted(steps_s)[len(steps_s) // 2],
               "launch_seconds": round(results.seconds, 3),
               "latent_abs_mean": float(latents.abs().mean()), "model": cfg.as_dict()}
@@ -83,59 +143,88 @@ def run_generate(nproc: int, seed: int = 0, *, frames: int = 8, height: int = 16
                                                report["predicted_peak_bytes_per_rank"],
                                                strict=True))
     report["peak_vs_predicted_worst_rel_err"] = worst
-    return {"latents": latents, "report": report}
+    clip = to_clip(latents) if trained else None
+    if trained:
+        seen = track(clip)
+        ok = matches(prompt, seen)
+        report.update(prompt=prompt, clip_shape=list(clip.shape), track={
+            "direction": seen["direction"], "shape": seen["shape"],
+            "velocity_px_per_frame": [round(v, 3) for v in seen["velocity"]],
+            "present_fraction": ok["present_fraction"]},
+            matches_prompt=bool(ok["direction"] and ok["shape"]))
+    if compare:
+        from cpcourse.sampling import single_process_sample
+
+        single = single_process_sample(spec)
+        mine = latents if not trained else clip
+        other = single if not trained else to_clip(single)
+        report["max_abs_diff_vs_single_process"] = float((mine - other).abs().max())
+    return {"latents": latents, "clip": clip, "report": report}
 
 
 def build_parser() -> argparse.ArgumentParser:
     from cpcourse.support.errors import ArgumentParser
 
     p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
+    p.add_argument("--prompt", default=None,
+                   help="what the trained model draws, e.g. circle-right (--list-prompts)")
+    p.add_argument("--list-prompts", action="store_true", help="print the prompt ids and stop")
+    p.add_argument("--weights", default="shipped",
+                   help="shipped (default), a file from `cpcourse train`, or random")
     p.add_argument("--nproc", type=int, default=2, help="processes (CP degree), default 2")
     p.add_argument("--seed", type=int, default=0, help="noise seed")
-    p.add_argument("--save", default=None, help="write the latents here (torch.load reads it)")
-    p.add_argument("--frames", type=int, default=8, help="latent frames T")
-    p.add_argument("--height", type=int, default=16, help="latent height")
-    p.add_argument("--width", type=int, default=16, help="latent width")
-    p.add_argument("--steps", type=int, default=4)
-    p.add_argument("--cfg", type=float, default=4.0, help="guidance scale")
-    p.add_argument("--label", type=int, default=3, help="class id to condition on")
-    p.add_argument("--attention", choices=ATTENTIONS, default="factored")
+    p.add_argument("--save", default=None,
+                   help="write the clip [T, 3, H, W] (random weights: the latents) here")
+    p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
+    p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
+    p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
+    p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
+    p.add_argument("--steps", type=int, default=None, help="Euler steps (default 25; random: 4)")
+    p.add_argument("--cfg-scale", "--cfg", dest="cfg", type=float, default=None,
+                   help="guidance scale (default 4)")
+    p.add_argument("--label", type=int, default=None,
+                   help="class id for --weights random (default 3)")
+    p.add_argument("--attention", choices=ATTENTIONS, default=None,
+                   help="random weights only: factored (default) or full")
     p.add_argument("--temporal", choices=TEMPORAL_METHODS, default=None,
                    help="temporal attention under CP, with --attention factored (all_to_all)")
     p.add_argument("--full", choices=FULL_METHODS, default=None,
-                   help="3D attention under CP, with --attention full (ring)")
+                   help="3D attention under CP, for full attention (ring)")
     p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--compare", default=None, help="a saved sample: report the max difference")
+    p.add_argument("--compare", action="store_true",
+                   help="also sample in this process and report the largest difference")
+    p.add_argument("--compare-to", default=None,
+                   help="a file an earlier --save wrote: report the largest difference")
     p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
 def _load_compare(path: str) -> torch.Tensor:
-    """The latents saved by an earlier `generate --save`, read before any process starts."""
+    """The tensor saved by an earlier `generate --save`, read before any process starts."""
     try:
         other = torch.load(path, weights_only=True)
     except Exception as exc:  # a text, empty, JSON or foreign pickle file: all say the same
-        raise InputError(f"--compare {path}: not a file saved by `cpcourse generate --save` "
+        raise InputError(f"--compare-to {path}: not a file saved by `cpcourse generate --save` "
                          f"({type(exc).__name__})") from None
-    require(isinstance(other, torch.Tensor), f"--compare {path} holds no latents tensor")
+    require(isinstance(other, torch.Tensor), f"--compare-to {path} holds no tensor")
     return other
 
 
-def _check_save(path: str) -> None:
+def _check_out(flag: str, path: str) -> None:
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
-    require(not os.path.isdir(target), f"--save {path} is a directory: give a file name in it")
-    require(os.path.isdir(folder), f"--save {path}: the folder {folder} does not exist")
-    require(os.access(folder, os.W_OK), f"--save {path}: the folder {folder} is not writable")
+    require(not os.path.isdir(target), f"{flag} {path} is a directory: give a file name in it")
+    require(os.path.isdir(folder), f"{flag} {path}: the folder {folder} does not exist")
+    require(os.access(folder, os.W_OK), f"{flag} {path}: the folder {folder} is not writable")
 
 
-def _save(latents: torch.Tensor, report: dict, path: str) -> None:
-    """Write the latents and their .json report, each to a temporary file renamed into place, so
+def _save(tensor: torch.Tensor, report: dict, path: str) -> None:
+    """Write the tensor and its .json report, each to a temporary file renamed into place, so
     a failure leaves neither a half-written file nor a .pt without its report."""
     tmp_pt, tmp_json = f"{path}.tmp-{os.getpid()}", f"{path}.json.tmp-{os.getpid()}"
     try:
-        torch.save(latents, tmp_pt)
+        torch.save(tensor, tmp_pt)
         with open(tmp_json, "w") as fh:
             json.dump(report, fh, indent=1, allow_nan=False)
         os.replace(tmp_json, path + ".json")
@@ -149,7 +238,12 @@ def _save(latents: torch.Tensor, report: dict, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
+    from cpcourse.shapes import PROMPTS
+
     args = build_parser().parse_args(argv)
+    if args.list_prompts:
+        print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
+        return 0
     positive_float("--timeout", args.timeout)
     if args.attention == "factored" and args.full is not None:
         raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
@@ -157,34 +251,54 @@ def main(argv: list[str]) -> int:
     if args.attention == "full" and args.temporal is not None:
         raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
                          "factored (full attention takes --full)")
-    other = _load_compare(args.compare) if args.compare else None
+    if args.gif:
+        require(args.weights != "random", "--gif draws a clip of the trained model: the random "
+                "model's latents are not pixels (drop --weights random)")
+        _check_out("--gif", args.gif)
+    other = _load_compare(args.compare_to) if args.compare_to else None
     if args.save:
-        _check_save(args.save)
-    res = run_generate(args.nproc, args.seed, frames=args.frames, height=args.height,
-                       width=args.width, steps=args.steps, cfg_scale=args.cfg, label=args.label,
-                       attention=args.attention,
-                       temporal_method=args.temporal or "all_to_all",
-                       full_method=args.full or "ring", dtype=args.dtype, timeout=args.timeout,
-                       stream=False if args.json else True)
-    report, latents = res["report"], res["latents"]
+        _check_out("--save", args.save)
+    res = run_generate(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
+                       frames=args.frames, height=args.height, width=args.width,
+                       steps=args.steps, cfg_scale=args.cfg, label=args.label,
+                       attention=args.attention, temporal_method=args.temporal or "all_to_all",
+                       full_method=args.full or "ring", dtype=args.dtype, compare=args.compare,
+                       timeout=args.timeout, stream=False if args.json else True)
+    report = res["report"]
+    out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
-        require(other.shape == latents.shape, f"--compare {args.compare} holds latents of shape "
-                f"{tuple(other.shape)}, this run made {tuple(latents.shape)}")
-        report["max_abs_diff_vs_compare"] = float((other - latents).abs().max())
+        require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
+                f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
+        report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
+    if args.gif:
+        from cpcourse.viz.clips import save_gif
+
+        save_gif(res["clip"], args.gif)
+        report["gif"] = args.gif
     if args.save:
-        _save(latents, report, args.save)
+        _save(out, report, args.save)
         report["saved"] = args.save
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
     mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
-    print(f"sampled {report['shape']} on {args.nproc} process(es), frames per rank "
-          f"{report['frames_per_rank']}, {report['seconds_per_step'] * 1e3:.1f} ms per step")
+    what = f"'{report['prompt']}'" if "prompt" in report else f"random-weight {report['shape']}"
+    print(f"sampled {what} on {args.nproc} process(es), frames per rank "
+          f"{report['frames_per_rank']}, {report['seconds']:.2f} s sampling "
+          f"({report['seconds_per_step'] * 1e3:.1f} ms per step)")
+    if "track" in report:
+        tr = report["track"]
+        print(f"  the tracker sees: a {tr['shape']} moving {tr['direction']}, one object in "
+              f"{100 * tr['present_fraction']:.0f}% of frames "
+              f"({'matches' if report['matches_prompt'] else 'does NOT match'} the prompt)")
     for r, (m, p) in enumerate(zip(report["peak_bytes_per_rank"],
                                    report["predicted_peak_bytes_per_rank"], strict=True)):
         print(f"  rank {r}: peak tensor memory {mb(m)} measured, {mb(p)} predicted")
+    if "max_abs_diff_vs_single_process" in report:
+        print(f"  max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g}")
     if "max_abs_diff_vs_compare" in report:
-        print(f"  max |difference| vs {args.compare}: {report['max_abs_diff_vs_compare']:.3g}")
-    if args.save:
-        print(f"  saved {args.save} (and {args.save}.json)")
+        print(f"  max |difference| vs {args.compare_to}: {report['max_abs_diff_vs_compare']:.3g}")
+    for key in ("saved", "gif"):
+        if key in report:
+            print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))
     return 0

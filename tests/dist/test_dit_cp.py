@@ -27,6 +27,20 @@ def _spec(attention, temporal, full):
             "label": 2, "temporal_method": temporal, "full_method": full}
 
 
+# The trained shapes model (shipped weights), as `cpcourse generate --prompt circle-right` runs
+# it: 8 frames of 32 x 32 pixels, full 3D attention by the ring and by Ulysses.
+TRAINED = [("ring", 0), ("ulysses", 3)]
+
+
+def _trained_spec(full, seed):
+    from cpcourse.shapes_model import load_shapes_model, shipped_path
+
+    return {"model": load_shapes_model().cfg.as_dict(), "weights": shipped_path(),
+            "dtype": "fp32", "weight_seed": 0, "seed": seed, "shape": [1, 3, 8, 32, 32],
+            "steps": 25, "cfg_scale": 4.0, "label": (0, 1), "temporal_method": "all_to_all",
+            "full_method": full}
+
+
 def many(specs):
     import torch.distributed as dist
 
@@ -39,7 +53,7 @@ def many(specs):
 
 @pytest.fixture(scope="module")
 def runs():
-    specs = [_spec(*c) for c in CONFIGS]
+    specs = [_spec(*c) for c in CONFIGS] + [_trained_spec(*t) for t in TRAINED]
     return {p: launch(f"{__file__}:many", p, timeout=120, args=(specs,), stream=False)
             for p in (1, 2, 3, 4)}
 
@@ -61,6 +75,29 @@ def test_cp_sample_matches_one_process_float64_and_agrees_across_p(runs):
             assert float((latents.double() - ref).abs().max()) < 2e-5, where
             assert float((latents - by_p[1]).abs().max()) <= 1e-5, where
             assert float(latents.abs().mean()) > 0.1, f"{where}: a trivial (all-zero) sample"
+
+
+def test_trained_model_draws_the_same_clip_at_every_p(runs):
+    """The shipped weights under CP: the clip at P = 2, 3, 4 equals one process's (float32,
+    1e-5), the tracker sees a circle moving right, and the memory ledger still predicts."""
+    from cpcourse.sampling import single_process_sample
+    from cpcourse.shapes import matches, track
+    from cpcourse.shapes_model import to_clip
+
+    for j, (full, seed) in enumerate(TRAINED):
+        i = len(CONFIGS) + j
+        ref = to_clip(single_process_sample(_trained_spec(full, seed)))
+        for p, res in runs.items():
+            if res[0][i] is None:
+                continue
+            clip = to_clip(torch.cat([rank[i]["frames"] for rank in res], dim=2))
+            assert float((clip - ref).abs().max()) <= 1e-5, f"{full} at P={p}"
+            for rank in res:
+                measured, predicted = rank[i]["peak_bytes"], rank[i]["predicted_peak_bytes"]
+                if full == "ring":
+                    assert abs(measured / predicted - 1) <= 0.15, (full, p, measured, predicted)
+        seen = matches("circle-right", track(ref))
+        assert seen["direction"] and seen["shape"] and seen["present_fraction"] >= 0.875, seen
 
 
 def test_peak_memory_falls_with_p_and_matches_the_model(runs):
@@ -86,12 +123,33 @@ def test_peak_memory_falls_with_p_and_matches_the_model(runs):
             assert peaks[1] > 1.8 * peaks[2], f"{config}: {peaks}"
 
 
+def test_generate_command_draws_a_clip_saves_it_and_a_gif(tmp_path, capsys):
+    from PIL import Image
+
+    from cpcourse.shapes import matches, track
+
+    out, gif = tmp_path / "clip.pt", tmp_path / "clip.gif"
+    assert main(["--prompt", "square-up", "--seed", "1", "--nproc", "2", "--save", str(out),
+                 "--gif", str(gif), "--compare", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    clip = torch.load(out, weights_only=True)
+    assert clip.shape == (8, 3, 32, 32) and 0 <= float(clip.min()) <= float(clip.max()) <= 1
+    assert report["prompt"] == "square-up" and report["nproc"] == 2
+    assert report["max_abs_diff_vs_single_process"] <= 1e-5
+    assert len(report["peak_bytes_per_rank"]) == 2 and report["seconds"] > 0
+    assert report["track"]["direction"] == track(clip)["direction"]
+    assert report["matches_prompt"] == (matches("square-up", track(clip))["direction"]
+                                        and matches("square-up", track(clip))["shape"])
+    with Image.open(gif) as im:
+        assert im.n_frames == 8 and im.size == (128, 128)
+
+
 def test_generate_command_saves_latents_and_report(tmp_path, capsys):
     path = tmp_path / "p1.pt"
     out = tmp_path / "p2.pt"
-    argv = ["--nproc", "2", "--seed", "5", "--frames", "7", "--height", "8", "--width", "12",
-            "--steps", "3", "--cfg", "3.0", "--label", "2", "--save", str(out), "--json",
-            "--compare", str(path)]
+    argv = ["--weights", "random", "--nproc", "2", "--seed", "5", "--frames", "7", "--height",
+            "8", "--width", "12", "--steps", "3", "--cfg", "3.0", "--label", "2", "--save",
+            str(out), "--json", "--compare-to", str(path), "--compare"]
     # the command's weights use seed 0: compare with one float32 process on those weights
     model = build_model(DiTConfig(), 0, torch.float32)
     torch.save(sample(model, initial_noise(tuple(SHAPE), 5), 2, 3, 3.0, CPContext(grid=(4, 6))),
@@ -99,6 +157,7 @@ def test_generate_command_saves_latents_and_report(tmp_path, capsys):
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["max_abs_diff_vs_compare"] <= 1e-5
+    assert report["max_abs_diff_vs_single_process"] <= 1e-5
     assert report["frames_per_rank"] == [4, 3]
     assert torch.load(out, weights_only=True).shape == tuple(SHAPE)
     assert json.loads((tmp_path / "p2.pt.json").read_text())["nproc"] == 2

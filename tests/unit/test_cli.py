@@ -85,7 +85,7 @@ def test_model_fills_dimensions(capsys):
       "--bandwidth", "100", "--link-efficiency", "1e-320"], "--link-efficiency must be in"),
     (["comm", "--tokens", "4320", "--cp", "8", "--heads", "32", "--head-dim", "128",
       "--link", "nvlink4", "--layers", "0"], "--layers must be > 0"),
-    (["generate", "--cfg", "nan", "--nproc", "1"], "--cfg must be finite"),
+    (["generate", "--cfg", "nan", "--nproc", "1"], "--cfg-scale must be finite"),
     (["generate", "--seed", str(2**64), "--nproc", "1"], "--seed must be a whole number"),
     (["grade", "--timeout", "0"], "--timeout must be a positive"),
     (["grade", "--timeout", "nan"], "--timeout must be a positive"),
@@ -147,7 +147,7 @@ def test_a_failing_rank_is_one_line_unless_verbose(capsys, monkeypatch):
 
 
 def test_generate_checks_its_files_before_starting(capsys, tmp_path):
-    """--save into a missing folder or onto a folder, --compare of a file that holds no latents:
+    """--save into a missing folder or onto a folder, --compare-to a file that holds no tensor:
     one line, exit 2, before any process starts, and no file left behind."""
     text, js, empty = tmp_path / "a.txt", tmp_path / "a.json", tmp_path / "empty.pt"
     text.write_text("hi")
@@ -156,10 +156,10 @@ def test_generate_checks_its_files_before_starting(capsys, tmp_path):
     before = sorted(tmp_path.iterdir())
     for argv, words in ((["--save", str(tmp_path / "no" / "x.pt")], "does not exist"),
                         (["--save", str(tmp_path)], "is a directory"),
-                        (["--compare", str(text)], "not a file saved by"),
-                        (["--compare", str(js)], "not a file saved by"),
-                        (["--compare", str(empty)], "not a file saved by"),
-                        (["--compare", str(tmp_path / "missing.pt")], "not a file saved by")):
+                        (["--compare-to", str(text)], "not a file saved by"),
+                        (["--compare-to", str(js)], "not a file saved by"),
+                        (["--compare-to", str(empty)], "not a file saved by"),
+                        (["--compare-to", str(tmp_path / "missing.pt")], "not a file saved by")):
         code, out, err = run(capsys, "generate", "--nproc", "1", *argv)
         assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)
     assert sorted(tmp_path.iterdir()) == before

@@ -1,0 +1,65 @@
+"""`cpcourse bench shapes`: does the trained tiny model draw what each prompt asks for?
+
+    cpcourse bench shapes --seeds 8 --json
+
+Every prompt is generated at seeds 0 .. N-1 in one process (CP gives the same clips: `cpcourse
+generate --compare` shows it) and each clip goes through `cpcourse.shapes.track`. Per prompt:
+the fraction of clips whose motion has the prompt's direction, the fraction drawing its shape,
+and the fraction of frames with exactly one object; then the same over every clip, and the
+seconds per clip. The training data itself is tracked too, as the ceiling a model can reach.
+"""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from cpcourse.support.errors import ArgumentParser, finite_float, positive_int, require
+
+
+def data_rates(n: int = 256, seed: int = 0) -> dict:
+    """The tracker on `n` training clips: how often it reads the true label off real data."""
+    from cpcourse.shapes import matches, prompt_name, random_clips, track
+    from cpcourse.shapes_model import rates
+
+    clips, s, d = random_clips(n, torch.Generator().manual_seed(seed))
+    return rates([matches(prompt_name(int(a), int(b)), track(c))
+                   for c, a, b in zip(clips, s, d, strict=True)])
+
+
+def main(argv: list[str]) -> int:
+    from cpcourse.shapes_model import evaluate, load_weights, shipped_path
+
+    p = ArgumentParser(prog="cpcourse bench shapes", description=__doc__.split("\n")[0])
+    p.add_argument("--weights", default=None,
+                   help="a file from `cpcourse train` (default: the shipped weights)")
+    p.add_argument("--seeds", type=int, default=8, help="seeds per prompt (default 8)")
+    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--cfg-scale", type=float, default=4.0)
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    seeds = positive_int("--seeds", args.seeds)
+    require(seeds <= 256, f"--seeds {seeds}: use at most 256")
+    steps = positive_int("--steps", args.steps)
+    require(steps <= 1000, f"--steps {steps}: use at most 1000")
+    cfg_scale = finite_float("--cfg-scale", args.cfg_scale)
+    require(abs(cfg_scale) <= 100, "--cfg-scale must be between -100 and 100")
+    path = args.weights or shipped_path()
+    model, meta = load_weights(path)
+    res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)
+    report = {"weights": path, "seeds": seeds, "steps": steps, "cfg_scale": cfg_scale,
+              "trained": meta.get("run", {}), "per_prompt": {k: v for k, v in res.items()
+                                                            if isinstance(v, dict) and k != "all"},
+              "all": res["all"], "seconds_per_clip": res["seconds_per_clip"],
+              "training_data": data_rates()}
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    print(f"{path}: {seeds} seeds per prompt, {steps} steps, guidance {cfg_scale:g}")
+    for prompt, r in [*report["per_prompt"].items(), ("all", report["all"]),
+                      ("training data", report["training_data"])]:
+        print(f"  {prompt:13s} direction {100 * r['direction']:5.1f}%  shape "
+              f"{100 * r['shape']:5.1f}%  one object in {100 * r['present']:5.1f}% of frames")
+    print(f"  {report['seconds_per_clip']:.3f} s per clip")
+    return 0
