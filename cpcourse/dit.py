@@ -11,11 +11,13 @@ so only the temporal (or full 3D) attention talks to other ranks.
 Blocks (DiT with adaLN-zero-style modulation from timestep + class embeddings):
     factored: x += g1 * SpatialAttn(mod(norm(x)));  x += g2 * TemporalAttn(...);  x += g3 * MLP(...)
     full:     x += g1 * Full3DAttn(mod(norm(x)));   x += g2 * MLP(...)
-q and k get 3D rotary embeddings at their GLOBAL frame index. Class id `num_classes` is the
-"no condition" id used by classifier-free guidance. With `num_motions > 0` a second label (the
-shapes model's direction of motion) has its own embedding, added to the first, with its own
+q and k get 3D rotary embeddings at their GLOBAL frame index (and, with `frame_embed`, every
+token gets an absolute embedding of that index: rotary alone tells frames apart only by their
+distance, and the trained model needs to know which frame comes first). Class id `num_classes`
+is the "no condition" id used by classifier-free guidance. With `num_motions > 0` a second label
+(the shapes model's direction of motion) has its own embedding, added to the first, with its own
 "no condition" id `num_motions`. `prediction` says what the network outputs: the flow velocity
-(`"velocity"`, noise - x0) or the clean sample (`"sample"`, x0; `cpcourse.shapes` explains why
+(`"velocity"`, noise - x0) or the clean sample (`"sample"`, x0; `cpcourse.shapes_model` says why
 the trained model uses it). `build_model` gives seeded random weights, which show that CP is
 exact; `cpcourse.shapes_model.load_shapes_model` gives the trained ones, which draw.
 """
@@ -52,6 +54,7 @@ class DiTConfig:
     attention: str = "factored"      # "factored" (spatial + temporal) or "full" (3D)
     num_motions: int = 0             # > 0: a second label with its own embedding
     prediction: str = "velocity"     # what the network outputs: "velocity" or "sample" (x0)
+    frame_embed: bool = False        # add an absolute embedding of each token's GLOBAL frame
 
     def __post_init__(self):
         require(self.prediction in PREDICTIONS,
@@ -110,6 +113,14 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     args = (t.double()[:, None] * 1000.0) * freqs[None]
     return torch.cat([args.cos(), args.sin()], dim=-1).to(t.dtype if t.is_floating_point()
                                                           else torch.float32)
+
+
+def frame_embedding(frames: torch.Tensor, dim: int) -> torch.Tensor:
+    """Sinusoidal features `[T, dim]` of integer frame indices (periods up to 10000 frames)."""
+    half = dim // 2
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / half)
+    args = frames.double()[:, None] * freqs[None]
+    return torch.cat([args.cos(), args.sin()], dim=-1)
 
 
 def _modulate(x, shift, scale):
@@ -189,6 +200,8 @@ class TinyVideoDiT(nn.Module):
         self.y_embed = nn.Embedding(cfg.num_classes + 1, cfg.hidden)  # last id: unconditional
         if cfg.num_motions:
             self.m_embed = nn.Embedding(cfg.num_motions + 1, cfg.hidden)
+        if cfg.frame_embed:
+            self.frame_proj = nn.Linear(cfg.hidden, cfg.hidden)
         self.blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.depth))
         self.norm = nn.LayerNorm(cfg.hidden, elementwise_affine=False, eps=1e-6)
         self.final_ada = nn.Linear(cfg.hidden, 2 * cfg.hidden)
@@ -205,6 +218,12 @@ class TinyVideoDiT(nn.Module):
         else:
             c = c + self.y_embed(y)
         x = self.embed(tokens)
+        if self.cfg.frame_embed:
+            # Like rotary positions, the index is the GLOBAL frame: a rank's first frame is
+            # ctx.frame_offset, not 0, or every rank would hold "the first frames".
+            idx = torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1])
+            fe = self.frame_proj(frame_embedding(idx, self.cfg.hidden).to(x.dtype))
+            x = x + fe[None, :, None]
         for block in self.blocks:
             x = block(x, c, ctx)
         shift, scale = self.final_ada(nn.functional.silu(c)).chunk(2, dim=-1)
@@ -255,7 +274,7 @@ def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:
         cfg = DiTConfig(**meta["config"])
         model = TinyVideoDiT(cfg)
         model.load_state_dict(tensors)
-    except (InputError, OSError, KeyError, RuntimeError, ValueError, TypeError) as exc:
+    except Exception as exc:  # safetensors' own SafetensorError, a bad config, wrong tensors
         raise InputError(f"weights {path}: not a file written by `cpcourse train` "
                          f"({type(exc).__name__})") from None
     return model.to(dtype).eval(), meta

@@ -15,8 +15,8 @@ ranks, and a shape of radius 3.5 to 6 pixels still travels 9 to 17 pixels across
 `track(clip)` is how the course measures what the model drew: per frame, threshold the
 brightness halfway between background and shape, find the connected blobs, keep the centroid of
 the one that is large enough; then fit a line through the centroids. It reports whether one
-object is present in each frame, the direction of motion, the speed, and the shape (a circle
-fills about pi/4 = 0.79 of its bounding box, a square all of it).
+object is present in each frame, the direction of motion, the speed, and the shape (a square
+lights the corners of its bounding box, a circle leaves them dark).
 """
 
 from __future__ import annotations
@@ -38,6 +38,8 @@ RADIUS = (3.5, 6.0)       # circle radius, or half the square's side, pixels
 SPEED = (1.25, 2.5)       # pixels per frame
 MIN_AREA = 8              # pixels: a blob smaller than this is a speck, not an object
 STILL = 0.4               # pixels per frame: slower than this is "no motion"
+CORNER = 1.3              # (u, v) in the box scaled to [-1, 1]: u^2 + v^2 > this is a corner
+SQUARE = 0.3              # a blob lighting more of its corners than this is a square
 
 
 def parse_prompt(prompt: str) -> tuple[int, int]:
@@ -123,15 +125,32 @@ def _blobs(mask: np.ndarray) -> list[np.ndarray]:
     return out
 
 
+def _corner_fill(ys: np.ndarray, xs: np.ndarray) -> float:
+    """How much of its bounding box's corners a blob lights: the corners are the parts of the
+    box outside the ellipse inscribed in it. A square fills them (1), a circle leaves them dark
+    (0). Holes or texture inside the shape do not matter, which a plain area / box ratio
+    would count against a square."""
+    y0, x0 = ys.min(), xs.min()
+    h, w = np.ptp(ys) + 1, np.ptp(xs) + 1
+    gy, gx = np.mgrid[0:h, 0:w]
+    u, v = (gx + 0.5 - w / 2) / (w / 2), (gy + 0.5 - h / 2) / (h / 2)
+    corner = u ** 2 + v ** 2 > CORNER
+    if not corner.any():
+        return 0.0
+    lit = np.zeros((h, w), dtype=bool)
+    lit[ys - y0, xs - x0] = True
+    return float(lit[corner].mean())
+
+
 def track(clip: torch.Tensor) -> dict:
     """What a clip `[T, 3, H, W]` (values in [0, 1]) shows.
 
     Returns `present` (per frame: exactly one blob of at least MIN_AREA pixels), `centroids`
     (per frame, (x, y) or None), `velocity` (dx, dy) in pixels per frame from a least-squares
     line through the centroids, `direction` (one of DIRECTIONS, or "none" when slower than
-    STILL or fewer than 2 frames have an object), `shape` (majority vote of the per-frame
-    fill ratio, area / bounding box: above 0.95 is a square; a pixelated circle of radius 3.5
-    fills up to 0.94 of its box, an axis-aligned square all of it), `fill` (the mean ratio).
+    STILL or fewer than 2 frames have an object), `shape` (majority vote over frames: a blob
+    that lights over SQUARE of its bounding box's corners is a square), `fill` (the mean corner
+    fill: about 0 for a circle, 1 for a square).
     """
     require(isinstance(clip, torch.Tensor) and clip.dim() == 4 and clip.shape[1] == 3,
             f"a clip is [T, 3, H, W], got {getattr(clip, 'shape', type(clip).__name__)}")
@@ -145,7 +164,7 @@ def track(clip: torch.Tensor) -> dict:
         if len(blobs) == 1:
             ys, xs = blobs[0][:, 0], blobs[0][:, 1]
             centroids.append((float(xs.mean()) + 0.5, float(ys.mean()) + 0.5))
-            fills.append(len(ys) / ((np.ptp(ys) + 1) * (np.ptp(xs) + 1)))
+            fills.append(_corner_fill(ys, xs))
         else:
             centroids.append(None)
     t = np.array([i for i, c in enumerate(centroids) if c is not None], dtype=float)
@@ -157,7 +176,7 @@ def track(clip: torch.Tensor) -> dict:
         if math.hypot(vx, vy) >= STILL:
             direction = (("right" if vx > 0 else "left") if abs(vx) >= abs(vy)
                          else ("down" if vy > 0 else "up"))
-    squares = sum(f > 0.95 for f in fills)
+    squares = sum(f > SQUARE for f in fills)
     shape = "none" if not fills else ("square" if squares * 2 > len(fills) else "circle")
     return {"present": present, "centroids": centroids, "velocity": velocity,
             "direction": direction, "shape": shape,

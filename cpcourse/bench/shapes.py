@@ -15,6 +15,7 @@ import json
 
 import torch
 
+from cpcourse.shapes_model import SAMPLE_STEPS
 from cpcourse.support.errors import ArgumentParser, finite_float, positive_int, require
 
 
@@ -35,7 +36,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--weights", default=None,
                    help="a file from `cpcourse train` (default: the shipped weights)")
     p.add_argument("--seeds", type=int, default=8, help="seeds per prompt (default 8)")
-    p.add_argument("--steps", type=int, default=25)
+    p.add_argument("--steps", type=int, default=SAMPLE_STEPS)
     p.add_argument("--cfg-scale", type=float, default=4.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)

@@ -26,6 +26,7 @@ import torch
 
 from cpcourse.dit import ATTENTIONS, DiTConfig
 from cpcourse.sampling import DTYPES
+from cpcourse.shapes_model import SAMPLE_STEPS
 from cpcourse.support.errors import (
     InputError,
     finite_float,
@@ -36,7 +37,8 @@ from cpcourse.support.errors import (
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
 RANDOM_DEFAULTS = {"frames": 8, "height": 16, "width": 16, "steps": 4, "cfg_scale": 4.0}
-TRAINED_DEFAULTS = {"frames": 8, "height": 32, "width": 32, "steps": 25, "cfg_scale": 4.0}
+TRAINED_DEFAULTS = {"frames": 8, "height": 32, "width": 32, "steps": SAMPLE_STEPS,
+                    "cfg_scale": 4.0}
 
 
 def _weights_path(weights: str) -> str | None:
@@ -179,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
     p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
     p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
-    p.add_argument("--steps", type=int, default=None, help="Euler steps (default 25; random: 4)")
+    p.add_argument("--steps", type=int, default=None,
+                   help=f"Euler steps (default {SAMPLE_STEPS}; random: 4)")
     p.add_argument("--cfg-scale", "--cfg", dest="cfg", type=float, default=None,
                    help="guidance scale (default 4)")
     p.add_argument("--label", type=int, default=None,
