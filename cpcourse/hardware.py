@@ -23,6 +23,8 @@ class GPU:
     bf16_tflops: float  # dense peak
     hbm_gb: float  # decimal GB
     nvlink: str  # id of its NVLink generation in `links()`
+    pcie: str  # id of its host PCIe link in `links()`
+    nic: str  # id of the InfiniBand NIC its reference systems pair with each GPU
     attention_efficiency: float  # achievable share of peak for fused attention kernels
     efficiency_source: str
     sources: tuple[str, ...]
@@ -67,6 +69,8 @@ def gpus() -> dict[str, GPU]:
         out[g["id"]] = GPU(
             id=g["id"], name=g["name"], bf16_tflops=float(g["bf16_dense_tflops"]),
             hbm_gb=float(g["hbm_GB"]), nvlink=f"nvlink{g['nvlink_gen']}",
+            pcie="pcie" + g["pcie"].removeprefix("Gen").split()[0],
+            nic="ib-hdr" if "HDR" in g["nic"] else "ib-ndr",
             attention_efficiency=float(eff[key]),
             efficiency_source=f"facts sheet calculator_defaults.attention_efficiency.{key}",
             sources=tuple(g["sources"]),

@@ -266,3 +266,19 @@ def model_tokens(model_id: str, height: int | None = None, width: int | None = N
         vae_temporal=m.vae_temporal, vae_spatial=m.vae_spatial, patch=m.patch, rule=m.rule,
         text_tokens=m.text_tokens, text_joint=m.text_joint, model=m.id,
     )
+
+
+def hunyuan_split_axis(height: int, width: int, world: int) -> str | None:
+    """Which axis HunyuanVideo's own multi-GPU inference splits for a `height x width` (pixels)
+    video over `world` ranks: "height" when the rows of tokens divide by P, else "width" when
+    the columns do, else None (its code refuses the size). The rule, read from
+    hyvideo/inference.py (`parallelize_transformer`), tests (H_lat // 2) % P on the latent
+    (8x smaller than pixels; the // 2 is the 2x2 patch): at 720p (45 x 80 tokens) the default
+    on 2, 4 or 8 GPUs is width."""
+    m = get_model("hunyuanvideo-13b")
+    rows, cols = height // m.vae_spatial // m.patch[1], width // m.vae_spatial // m.patch[2]
+    if rows % world == 0:
+        return "height"
+    if cols % world == 0:
+        return "width"
+    return None

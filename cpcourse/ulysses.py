@@ -5,8 +5,10 @@
 Each rank starts with a contiguous sequence shard of every head, q, k, v `[B, H, L_r, D]`. One
 all-to-all gives each rank the WHOLE sequence for H/P of the heads (`[B, H/P, L, D]`); attention
 is then purely local (any kernel, no merge); a second all-to-all returns each rank its own
-sequence shard of every head. Each rank sends about 3/P of its q, k, v out and 1/P of its output
-back, whatever P is, but P must divide the number of heads (the ring has no such limit).
+sequence shard of every head. Each rank keeps the 1/P of its shard that holds its own heads and
+sends the other (P-1)/P of its q, k and v shards out, then (P-1)/P of its output shard back:
+nearly its whole shard four times, whatever P is. P must divide the number of heads (the ring
+has no such limit).
 Uneven sequence shards (tensor_split order, including empty ones) ride on the uneven split
 sizes of `all_to_all_single`, which gloo and NCCL both accept.
 """

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex04_ring.py by tools/make_exercises.py
-# stub-sha256: ed12d407b19e160f (how the generator tells your edits from its output)
+# stub-sha256: a8735914056ffd33 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 04, the ring on real processes: the ring forward, Ulysses' all-to-all,
 and a bug hunt.
@@ -62,8 +62,8 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     """
     # Exercise 04.2: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 04.2 seq_to_heads: read notebook 04, \"Ulysses: trade the sequence "
-        "for heads\". Hint: send = x.view(B, P, H/P, L_r, D).transpose(0, 1) made "
+        "Exercise 04.2 seq_to_heads: read notebook 04, \"The alternatives: all-gather "
+        "and Ulysses\". Hint: send = x.view(B, P, H/P, L_r, D).transpose(0, 1) made "
         "contiguous; split sizes in elements; view piece i as [B, H/P, L_i, D] and "
         "cat on dim 2"
     )

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
-# stub-sha256: c98c5765a750c391 (how the generator tells your edits from its output)
+# stub-sha256: f86eef7a5c6dbf59 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 06, video tokens and temporal CP: split a video along time.
 
@@ -29,9 +29,9 @@ def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tens
     """
     # Exercise 06.1: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 06.1 shard_frames: read notebook 06, \"Splitting a video along "
-        "time\". Hint: base, extra = divmod(T, world); ranks below `extra` hold base + "
-        "1 frames; slice dim 2 from the offset"
+        "Exercise 06.1 shard_frames: read notebook 06, \"The layout, and the split "
+        "along time\". Hint: base, extra = divmod(T, world); ranks below `extra` hold "
+        "base + 1 frames; slice dim 2 from the offset"
     )
 
 
@@ -46,7 +46,7 @@ def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
     """
     # Exercise 06.2: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 06.2 gather_frames: read notebook 06, \"Gathering the frames back\". "
+        "Exercise 06.2 gather_frames: read notebook 06, \"Exercises 06.2 and 06.3\". "
         "Hint: sizes from agree(); pad to max(sizes) along dim 2, "
         "all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]"
     )
@@ -63,7 +63,7 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
     """
     # Exercise 06.3: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 06.3 time_to_space: read notebook 06, \"The temporal all-to-all\". "
+        "Exercise 06.3 time_to_space: read notebook 06, \"Exercises 06.2 and 06.3\". "
         "Hint: send sizes are the chunk numels; from rank src you receive "
         "B*H*T_src*S_mine*D elements; cat those on dim 2"
     )

@@ -78,7 +78,7 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     shard (B * H/P * L_i * D elements); put the received pieces in sequence order.
     Raise `cpcourse.support.errors.InputError` when P does not divide H.
     """
-    # BEGIN SOLUTION 04.2 | notebook 04, "Ulysses: trade the sequence for heads" | hint: send =
+    # BEGIN SOLUTION 04.2 | notebook 04, "The alternatives: all-gather and Ulysses" | hint: send =
     # | x.view(B, P, H/P, L_r, D).transpose(0, 1) made contiguous; split sizes in elements;
     # | view piece i as [B, H/P, L_i, D] and cat on dim 2
     rank, world = require_group(group, "seq_to_heads")

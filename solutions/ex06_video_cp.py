@@ -24,8 +24,9 @@ def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tens
     T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
     ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
     """
-    # BEGIN SOLUTION 06.1 | notebook 06, "Splitting a video along time" | hint: base, extra =
-    # | divmod(T, world); ranks below `extra` hold base + 1 frames; slice dim 2 from the offset
+    # BEGIN SOLUTION 06.1 | notebook 06, "The layout, and the split along time" | hint:
+    # | base, extra = divmod(T, world); ranks below `extra` hold base + 1 frames; slice dim 2
+    # | from the offset
     t = video.shape[2]
     base, extra = divmod(t, world)
     size = base + (1 if rank < extra else 0)
@@ -43,7 +44,7 @@ def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
     `[world, B, H, T_max, S, D]`), then keep each rank's first T_r frames.
     `cpcourse.dist.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
     """
-    # BEGIN SOLUTION 06.2 | notebook 06, "Gathering the frames back" | hint: sizes from agree();
+    # BEGIN SOLUTION 06.2 | notebook 06, "Exercises 06.2 and 06.3" | hint: sizes from agree();
     # | pad to max(sizes) along dim 2, all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]
     _, world = require_group(group, "gather_frames")
     sizes = [shape[2] for shape in agree(group, seq_dim=2, x=local)["x"]]
@@ -66,7 +67,7 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
     send chunk j to rank j with one `dist.all_to_all_single` (flatten the chunks into one 1-D
     tensor; split sizes in elements), and put the received pieces in frame order.
     """
-    # BEGIN SOLUTION 06.3 | notebook 06, "The temporal all-to-all" | hint: send sizes are the
+    # BEGIN SOLUTION 06.3 | notebook 06, "Exercises 06.2 and 06.3" | hint: send sizes are the
     # | chunk numels; from rank src you receive B*H*T_src*S_mine*D elements; cat those on dim 2
     rank, world = require_group(group, "time_to_space")
     b, h, _, s, d = x.shape

@@ -58,8 +58,11 @@ def seed_vaes() -> list[VAE]:
         VAE("8x space, no time compression (the article)"),
         VAE("8x space, 4x causal time (Wan, HunyuanVideo, CogVideoX)",
             rule=FrameRule("causal", stride=4, step=4)),
-        VAE("8x space, 8x causal time (Cosmos-1.0, LTX)",
+        VAE("8x space, 8x causal time (Cosmos-1.0)",
             rule=FrameRule("causal", stride=8, step=8)),
+        # LTX-Video compresses 32x in space and patchifies 1x1: 32 px per token, not 16
+        VAE("32x space, 8x causal time, 1x1 patch (LTX-Video)", vae_spatial=32,
+            patch=(1, 1, 1), rule=FrameRule("causal", stride=8, step=8)),
     ]
 
 
