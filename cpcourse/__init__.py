@@ -14,7 +14,8 @@ __version__ = "0.1.0"
 
 _LAZY = {"check": ("cpcourse.course", "check"), "launch": ("cpcourse.launch", "launch"),
          "exercise": ("cpcourse.course", "exercise"),
-         "use_reference": ("cpcourse.course", "use_reference")}
+         "use_reference": ("cpcourse.course", "use_reference"),
+         "hint": ("cpcourse.course.hints", "hint")}
 
 
 def __getattr__(name: str):

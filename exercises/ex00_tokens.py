@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex00_tokens.py by tools/make_exercises.py
-# stub-sha256: aa53aff9c4de5c3f (how the generator tells your edits from its output)
+# stub-sha256: 9ebef1b490a0a55d (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 00, the token explosion: how many tokens a video becomes.
 
@@ -30,6 +30,8 @@ def count_video_tokens(height: int, width: int, frames: int, vae_temporal: int =
     # Exercise 00.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 00.1 count_video_tokens: read notebook 00, \"Counting tokens\". Hint: "
-        "first the latent frames T, then multiply the patches along time (round up), "
-        "height and width (round down)."
+        "two stages, as in sections 1 and 2 of the notebook and the docstring: the "
+        "VAE's time rule turns clip frames into latent frames (a causal VAE keeps the "
+        "first frame on its own), then the DiT cuts each axis into patches; time "
+        "rounds up, height and width round down. (2 more: cpcourse.hint(\"00.1\"))"
     )

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex01_attention.py by tools/make_exercises.py
-# stub-sha256: d2d7b12609be0db6 (how the generator tells your edits from its output)
+# stub-sha256: 94d1c091d9153e1c (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 01, attention on one device: the direct way, then with its log-sum-exp.
 
@@ -27,8 +27,10 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # Exercise 01.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 01.1 naive_attention: read notebook 01, \"Naive attention\". Hint: "
-        "scores = q @ k.transpose(-2, -1) * scale, with scale = D ** -0.5 by default; "
-        "softmax over the LAST dim (keys); then @ v"
+        "the formula of section 2: score every query against every key (scaled; mind "
+        "the default when no scale is given), turn each query's row of scores into "
+        "weights that sum to 1 over the keys, i.e. over the last dimension, then take "
+        "the weighted average of the values. (2 more: cpcourse.hint(\"01.1\"))"
     )
 
 
@@ -49,6 +51,9 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # Exercise 01.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 01.2 attention_and_lse: read notebook 01, \"The log-sum-exp\". Hint: "
-        "m = s.amax(-1, keepdim=True); p = exp(s - m); l = p.sum(-1, keepdim=True); "
-        "out = (p @ v) / l; lse = m + log(l)"
+        "the max trick of section 6: shift each row of scores by its own largest "
+        "value before exponentiating (every exponent is then at most 0), normalise by "
+        "the sum of the shifted exponentials, and add the shift back when taking the "
+        "log. Work in float32 (float64 stays float64) and cast only the results, as "
+        "the docstring says. (2 more: cpcourse.hint(\"01.2\"))"
     )

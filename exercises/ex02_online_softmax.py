@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex02_online_softmax.py by tools/make_exercises.py
-# stub-sha256: 6acd6ba0af453416 (how the generator tells your edits from its output)
+# stub-sha256: afc97b60edd50d68 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 02, the online softmax and the merge: attention one block at a time.
 
@@ -33,8 +33,12 @@ def online_softmax_stats(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, 
     # Exercise 02.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 02.1 online_softmax_stats: read notebook 02, \"The online softmax\". "
-        "Hint: start m = -inf, s = 0; per block: m_new = max(m, block.amax(-1)); s = "
-        "s * exp(m - m_new) + exp(block - m_new[..., None]).sum(-1); m = m_new"
+        "Hint: one pass, as in section 2: carry a running max and a running sum from "
+        "block to block. The sum so far was measured against the old max, so when a "
+        "block raises the max, rescale the old sum before adding the new block's "
+        "terms. The blocks may come from a generator: walk them once, and create the "
+        "state from the first block's leading shape and dtype. (2 more: "
+        "cpcourse.hint(\"02.1\"))"
     )
 
 
@@ -54,9 +58,11 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
     # Exercise 02.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 02.2 blockwise_attention: read notebook 02, \"Blockwise attention\". "
-        "Hint: loop start in range(0, Lk, block_size); correction = exp(m - m_new) (0 "
-        "on the first block); acc = acc * correction[..., None] + p @ v_blk; l = l * "
-        "correction + p.sum(-1)"
+        "Hint: section 3 adds a third running quantity to the online softmax of 02.1: "
+        "the unnormalised weighted sum of the values. All three share one rescaling "
+        "factor per block. Take the keys a slice at a time, so only one tile of "
+        "scores ever exists; divide once at the very end, and treat the case of no "
+        "keys separately (docstring). (2 more: cpcourse.hint(\"02.2\"))"
     )
 
 
@@ -75,7 +81,10 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor
     # Exercise 02.3: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 02.3 merge_partials: read notebook 02, \"Merging two partial "
-        "results\". Hint: lse = torch.logaddexp(lse_a, lse_b); where lse is -inf use 0 "
-        "in the exponents; zero out a side whose weight exp(lse_x - lse) is 0 with "
-        "torch.where before multiplying"
+        "results\". Hint: the merge formula of section 4: combine the two log-sum-exps "
+        "in a stable way (never exponentiate an lse by itself), weight each side by "
+        "its share of the total, and handle the traps the exercise text names: a side "
+        "with no keys must add nothing even when its output holds NaN, and two empty "
+        "sides give 0 and -inf, never NaN. Work in float32. (2 more: "
+        "cpcourse.hint(\"02.3\"))"
     )

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex03_ring_schedule.py by tools/make_exercises.py
-# stub-sha256: 61964d6e0bbb4683 (how the generator tells your edits from its output)
+# stub-sha256: 95da8fbf1e8143eb (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercise of notebook 03, the ring simulated: the schedule, who holds and sends what when.
 
@@ -28,7 +28,10 @@ def ring_step(step: int, world: int) -> list[dict]:
     """
     # Exercise 03.1: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 03.1 ring_step: read notebook 03, \"The schedule\". Hint: blocks move "
-        "one rank forward per step, so rank r holds block (r - step) mod P; the last "
-        "step (step = P - 1) sends nothing"
+        "Exercise 03.1 ring_step: read notebook 03, \"The schedule\". Hint: section 2: "
+        "every step, each block moves one rank forward around the ring, so trace a "
+        "block number backwards to find what rank r holds after `step` passes. What r "
+        "receives is what its left neighbour holds now. Only the last step passes "
+        "nothing: there the three send and receive keys are None. (2 more: "
+        "cpcourse.hint(\"03.1\"))"
     )

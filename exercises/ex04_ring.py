@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex04_ring.py by tools/make_exercises.py
-# stub-sha256: a8735914056ffd33 (how the generator tells your edits from its output)
+# stub-sha256: 0fff0cfa8a69bd4a (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 04, the ring on real processes: the ring forward, Ulysses' all-to-all,
 and a bug hunt.
@@ -42,9 +42,12 @@ def ring_forward(q, k, v, group=None, scale=None):
     # Exercise 04.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 04.1 ring_forward: read notebook 04, \"Your ring on real processes\". "
-        "Hint: lens = [s[2] for s in agree(group, k=k)[\"k\"]]; block = (rank - step) % "
-        "P; the next buffer is k.new_empty(2, B, H, lens[(block - 1) % P], D); wait "
-        "on the requests before using it"
+        "Hint: your 03.1 schedule plus the who / how long / when of section 1: the "
+        "neighbours as global ranks, every rank's shard length learned once before "
+        "the loop, and the send and receive posted together, then the compute on the "
+        "block you hold, then the wait. Size the receive buffer for the block that "
+        "arrives, and skip sending or receiving an empty block. (2 more: "
+        "cpcourse.hint(\"04.1\"))"
     )
 
 
@@ -63,9 +66,12 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     # Exercise 04.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 04.2 seq_to_heads: read notebook 04, \"The alternatives: all-gather "
-        "and Ulysses\". Hint: send = x.view(B, P, H/P, L_r, D).transpose(0, 1) made "
-        "contiguous; split sizes in elements; view piece i as [B, H/P, L_i, D] and "
-        "cat on dim 2"
+        "and Ulysses\". Hint: Ulysses in section 3 and the docstring: lay out your "
+        "flat send buffer so that chunk j is head group j of your shard (the heads "
+        "are not the outer dimension, so reorder first). Every chunk you send has the "
+        "same size; what arrives from rank i depends on rank i's shard length, known "
+        "from every rank's shape. Split sizes count elements, not tokens. Check first "
+        "that P divides H. (2 more: cpcourse.hint(\"04.2\"))"
     )
 
 
@@ -108,7 +114,8 @@ def ring_forward_padded(q, k, v, group=None, scale=None):
     # Exercise 04.3: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 04.3 ring_forward_padded: read notebook 04, \"Bug hunt: the padded "
-        "ring\". Hint: a zero key is not \"no key\": its score is 0, so exp(0 - lse) "
-        "still enters the softmax; attend only to the first lens[(rank - step) % P] "
-        "tokens of the block you hold"
+        "ring\". Hint: section 4 asks what a row of zeros in K does inside a softmax: "
+        "work out the score of a zero key and whether its weight is really nothing. "
+        "Keep the padded messages; change only which keys each step attends to, using "
+        "the lengths that every rank already knows. (2 more: cpcourse.hint(\"04.3\"))"
     )

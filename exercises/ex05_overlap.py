@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex05_overlap.py by tools/make_exercises.py
-# stub-sha256: 07e131098d33c35e (how the generator tells your edits from its output)
+# stub-sha256: 668405ed613fa5cd (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercise of notebook 05, communication and overlap: when does the ring hide its traffic?
 
@@ -30,6 +30,9 @@ def overlap_condition(tokens_per_rank: int, heads: int, head_dim: int, bytes_per
     # Exercise 05.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 05.1 overlap_condition: read notebook 05, \"The overlap condition\". "
-        "Hint: compute = 4 Lq^2 D H / F, comm = 2 Lq D H b / B; their ratio 2 Lq B / "
-        "(F b) >= 1 gives Lq >= F b / (2 B), rounded up"
+        "Hint: section 1 and the module docstring give the FLOPs of one step and the "
+        "bytes of one hop; divide each by its rate to get seconds. For the threshold, "
+        "write the ratio of the two times: heads and head_dim cancel, leaving a "
+        "condition on the tokens per rank alone. The answer is the smallest whole "
+        "number of tokens, so round the right way. (2 more: cpcourse.hint(\"05.1\"))"
     )

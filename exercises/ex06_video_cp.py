@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
-# stub-sha256: f86eef7a5c6dbf59 (how the generator tells your edits from its output)
+# stub-sha256: c93c8ac6575ebcb1 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 06, video tokens and temporal CP: split a video along time.
 
@@ -30,8 +30,11 @@ def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tens
     # Exercise 06.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 06.1 shard_frames: read notebook 06, \"The layout, and the split "
-        "along time\". Hint: base, extra = divmod(T, world); ranks below `extra` hold "
-        "base + 1 frames; slice dim 2 from the offset"
+        "along time\". Hint: the layout section: a rank's frames follow the "
+        "tensor_split rule (the first few ranks hold one frame more, and a rank may "
+        "hold none). Work out this rank's frame count, then its first frame as the "
+        "total held by the ranks before it; slice the time axis (dim 2) and return a "
+        "contiguous copy with that first frame. (2 more: cpcourse.hint(\"06.1\"))"
     )
 
 
@@ -47,8 +50,11 @@ def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
     # Exercise 06.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 06.2 gather_frames: read notebook 06, \"Exercises 06.2 and 06.3\". "
-        "Hint: sizes from agree(); pad to max(sizes) along dim 2, "
-        "all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]"
+        "Hint: the docstring and the exercise text of section 4: the all-gather wants "
+        "the same size from every rank, so first learn every rank's frame count, pad "
+        "your shard with zero frames to the largest, gather into one buffer holding "
+        "one slot per rank along the first dimension, then drop each rank's padding "
+        "while joining the frames in rank order. (2 more: cpcourse.hint(\"06.2\"))"
     )
 
 
@@ -64,8 +70,12 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
     # Exercise 06.3: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 06.3 time_to_space: read notebook 06, \"Exercises 06.2 and 06.3\". "
-        "Hint: send sizes are the chunk numels; from rank src you receive "
-        "B*H*T_src*S_mine*D elements; cat those on dim 2"
+        "Hint: section 4's all-to-all: cut your frames into P chunks of positions "
+        "(the same split rule, on the S axis) and send chunk j to rank j; from every "
+        "rank you receive that rank's frames of your own positions. Every size "
+        "follows from T, S and P, with no extra communication; split sizes count "
+        "elements. Join the received pieces by source rank, which is frame order. (2 "
+        "more: cpcourse.hint(\"06.3\"))"
     )
 
 
@@ -79,8 +89,11 @@ def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
     # Exercise 06.4: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 06.4 full_attention_ring: read notebook 06, \"Full 3D attention on a "
-        "video\". Hint: reshape(B, H, T_r * S, D) for q, k, v; ring_attention(..., "
-        "group=group); reshape to q's shape"
+        "video\". Hint: section 5: in (t, s) order a rank's frames are one contiguous "
+        "run of the flattened sequence, so merge the frame and position axes of all "
+        "three inputs, hand these local shards to the library's ring with the group, "
+        "and undo the merge on the output (its last dimension is the values'). (2 "
+        "more: cpcourse.hint(\"06.4\"))"
     )
 
 
@@ -108,6 +121,10 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
     # Exercise 06.5: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 06.5 joint_attention_cp: read notebook 06, \"Bug hunt: the "
-        "replicated text tokens\". Hint: keep the text queries on every rank, but "
-        "append text K/V to ONE rank's block only (e.g. the last)"
+        "replicated text tokens\". Hint: section 6: the ring shows every rank's K/V "
+        "block to every rank, so whatever sits in all P blocks enters each softmax P "
+        "times. Queries never travel, so the text queries may stay on every rank; the "
+        "text keys and values must be in exactly one block. Pick one rank to carry "
+        "them; the others append an empty slice, so the code stays the same on all "
+        "ranks. (2 more: cpcourse.hint(\"06.5\"))"
     )

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex07_dit_cp.py by tools/make_exercises.py
-# stub-sha256: d7112c4c82fd0952 (how the generator tells your edits from its output)
+# stub-sha256: 412081d1c00136aa (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 07, a tiny video DiT under CP: what must not depend on P.
 
@@ -28,8 +28,11 @@ def rope_on_shard(x: torch.Tensor, height: int, width: int, frames: int, rank: i
     # Exercise 07.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 07.1 rope_on_shard: read notebook 07, \"Positions under CP\". Hint: "
-        "t0 = rank * (frames // world) + min(rank, frames % world); pass it as "
-        "frame_offset to rope_angles"
+        "section 2: rotate by global positions. The only new ingredient is this "
+        "rank's first global frame, the total held by the ranks before it under the "
+        "tensor_split rule (as in exercise 06.1). Give it to the angle builder as its "
+        "frame offset; the number of frames and the head dimension are the local "
+        "tensor's. (2 more: cpcourse.hint(\"07.1\"))"
     )
 
 
@@ -43,6 +46,8 @@ def local_noise(shape: tuple, seed: int, rank: int, world: int) -> torch.Tensor:
     # Exercise 07.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 07.2 local_noise: read notebook 07, \"The same noise at any P\". "
-        "Hint: draw the whole shape with one seeded generator on every rank, then "
-        "torch.tensor_split(..., world, dim=2)[rank]"
+        "Hint: the noise must not depend on P: every rank reproduces exactly what one "
+        "process draws (the whole shape, one generator seeded with `seed`, float64 "
+        "samples cast to float32, as the docstring says) and keeps only its own "
+        "frames along time, split by the usual rule. (2 more: cpcourse.hint(\"07.2\"))"
     )

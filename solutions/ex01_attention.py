@@ -21,8 +21,16 @@ def naive_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     the [B, H, Lq, Lk] score matrix): each query's weights sum to 1 over all keys.
     You may use torch.softmax here; inputs have moderate values (no overflow to worry about).
     """
-    # BEGIN SOLUTION 01.1 | notebook 01, "Naive attention" | hint: scores = q @ k.transpose(-2, -1)
-    # | * scale, with scale = D ** -0.5 by default; softmax over the LAST dim (keys); then @ v
+    # BEGIN SOLUTION 01.1 | notebook 01, "Naive attention"
+    # | hint: the formula of section 2: score every query against every key (scaled; mind the
+    # | default when no scale is given), turn each query's row of scores into weights that sum to 1
+    # | over the keys, i.e. over the last dimension, then take the weighted average of the values.
+    # | hint2: one head, D = 4 so the default scale is 1/2; q = [[1, 0, 0, 0]], keys [[2, 0, 0, 0],
+    # | [0, 0, 0, 0]], values [[1], [0]]: scores [1, 0], weights [e/(e+1), 1/(e+1)] = [0.731,
+    # | 0.269], output 0.731. With Lq = 3 and Lk = 5 the score matrix is [B, H, 3, 5] and each of
+    # | its 3 rows sums to 1 after the softmax.
+    # | hint3: scale = D ** -0.5 when scale is None; scores = (q @ k.transpose(-2, -1)) * scale;
+    # | return torch.softmax(scores, dim=-1) @ v.
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q @ k.transpose(-2, -1)) * scale
     return torch.softmax(scores, dim=-1) @ v
@@ -43,8 +51,17 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     Compute in float32 (or float64 for float64 inputs); return out in q's dtype, lse in float32
     (float64 for float64 inputs).
     """
-    # BEGIN SOLUTION 01.2 | notebook 01, "The log-sum-exp" | hint: m = s.amax(-1, keepdim=True);
-    # | p = exp(s - m); l = p.sum(-1, keepdim=True); out = (p @ v) / l; lse = m + log(l)
+    # BEGIN SOLUTION 01.2 | notebook 01, "The log-sum-exp"
+    # | hint: the max trick of section 6: shift each row of scores by its own largest value before
+    # | exponentiating (every exponent is then at most 0), normalise by the sum of the shifted
+    # | exponentials, and add the shift back when taking the log. Work in float32 (float64 stays
+    # | float64) and cast only the results, as the docstring says.
+    # | hint2: a row of scores [1000, 998] with values [[1], [3]]: exp(1000) is inf even in float64,
+    # | but with m = 1000 the shifted terms are [1, exp(-2)] = [1, 0.1353], sum 1.1353; weights
+    # | [0.8808, 0.1192]; out = 0.8808 * 1 + 0.1192 * 3 = 1.2384; lse = 1000 + log(1.1353) =
+    # | 1000.1269.
+    # | hint3: m = s.amax(-1, keepdim=True); p = exp(s - m); l = p.sum(-1, keepdim=True); out = (p @
+    # | v) / l; lse = (m + log(l)).squeeze(-1); out in q's dtype.
     acc = torch.promote_types(q.dtype, torch.float32)
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * scale

@@ -27,9 +27,17 @@ def online_softmax_stats(blocks: Iterable[torch.Tensor]) -> tuple[torch.Tensor, 
     Keep a running max and a running sum; when a block raises the max from m_old to m_new, the
     sum so far was relative to m_old: multiply it by exp(m_old - m_new) before adding the block.
     """
-    # BEGIN SOLUTION 02.1 | notebook 02, "The online softmax" | hint: start m = -inf, s = 0;
-    # | per block: m_new = max(m, block.amax(-1)); s = s * exp(m - m_new) + exp(block -
-    # | m_new[..., None]).sum(-1); m = m_new
+    # BEGIN SOLUTION 02.1 | notebook 02, "The online softmax"
+    # | hint: one pass, as in section 2: carry a running max and a running sum from block to block.
+    # | The sum so far was measured against the old max, so when a block raises the max, rescale the
+    # | old sum before adding the new block's terms. The blocks may come from a generator: walk them
+    # | once, and create the state from the first block's leading shape and dtype.
+    # | hint2: the row [1, 3, 2, 5] in blocks [1, 3] and [2, 5]. After block 1: m = 3, s = exp(-2) +
+    # | exp(0) = 1.1353. Block 2 raises the max to 5: s = 1.1353 * exp(3 - 5) + exp(2 - 5) + exp(5 -
+    # | 5) = 0.1537 + 0.0498 + 1 = 1.2034, the same as the direct sum of exp(x - 5) over the row.
+    # | Result m = 5, s = 1.2034.
+    # | hint3: start m = -inf, s = 0 (float32); per block: m_new = max(m, block.amax(-1)); s = s *
+    # | exp(m - m_new) + exp(block - m_new[..., None]).sum(-1); m = m_new.
     m = s = None
     for block in blocks:
         acc = torch.promote_types(block.dtype, torch.float32)
@@ -57,9 +65,20 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
     lse = m + log(l). Never build the full [Lq, Lk] score matrix (a test measures memory).
     Lk = 0 (no keys) returns out = 0 and lse = -inf.
     """
-    # BEGIN SOLUTION 02.2 | notebook 02, "Blockwise attention" | hint: loop start in range(0,
-    # | Lk, block_size); correction = exp(m - m_new) (0 on the first block); acc = acc *
-    # | correction[..., None] + p @ v_blk; l = l * correction + p.sum(-1)
+    # BEGIN SOLUTION 02.2 | notebook 02, "Blockwise attention"
+    # | hint: section 3 adds a third running quantity to the online softmax of 02.1: the
+    # | unnormalised weighted sum of the values. All three share one rescaling factor per block.
+    # | Take the keys a slice at a time, so only one tile of scores ever exists; divide once at the
+    # | very end, and treat the case of no keys separately (docstring).
+    # | hint2: one query, scale 1, block_size 1, scores [0, 2], values [1, 3]. Block 1: m = 0, l =
+    # | 1, acc = 1. Block 2: m_new = 2, factor exp(0 - 2) = 0.1353, p = 1; l = 0.1353 + 1 = 1.1353;
+    # | acc = 1 * 0.1353 + 3 = 3.1353; out = 3.1353 / 1.1353 = 2.7616 (= 0.1192 * 1 + 0.8808 * 3);
+    # | lse = 2 + log(1.1353) = 2.1269. Lk = 29 in blocks of 7: slices start at 0, 7, 14, 21, 28,
+    # | the last one key long.
+    # | hint3: for start in range(0, Lk, block_size): s = q @ k_blk^T * scale; m_new = max(m,
+    # | s.amax(-1)); c = exp(m - m_new) (0 on the first block); p = exp(s - m_new[..., None]); l = l
+    # | * c + p.sum(-1); acc = acc * c[..., None] + p @ v_blk; m = m_new. Then out = acc / l[...,
+    # | None], lse = m + log(l); Lk = 0 returns acc (zeros) and m (-inf).
     acc_dtype = torch.promote_types(q.dtype, torch.float32)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     scale = q.shape[-1] ** -0.5 if scale is None else scale
@@ -95,9 +114,18 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor
     A side that saw no keys has lse = -inf: it must contribute nothing, even if its out holds
     NaN; when both sides are -inf, return out = 0 and lse = -inf, never NaN.
     """
-    # BEGIN SOLUTION 02.3 | notebook 02, "Merging two partial results" | hint: lse =
-    # | torch.logaddexp(lse_a, lse_b); where lse is -inf use 0 in the exponents; zero out a
-    # | side whose weight exp(lse_x - lse) is 0 with torch.where before multiplying
+    # BEGIN SOLUTION 02.3 | notebook 02, "Merging two partial results"
+    # | hint: the merge formula of section 4: combine the two log-sum-exps in a stable way (never
+    # | exponentiate an lse by itself), weight each side by its share of the total, and handle the
+    # | traps the exercise text names: a side with no keys must add nothing even when its output
+    # | holds NaN, and two empty sides give 0 and -inf, never NaN. Work in float32.
+    # | hint2: lse_a = log 1 = 0, lse_b = log 3 = 1.0986: lse = log(1 + 3) = 1.3863; weights exp(0 -
+    # | 1.3863) = 0.25 and exp(1.0986 - 1.3863) = 0.75; out_a = 2, out_b = 6 give out = 0.5 + 4.5 =
+    # | 5. If lse_b = -inf: lse = lse_a, weight_b = 0, but 0 * NaN = NaN, so mask out_b first. If
+    # | both are -inf: lse = -inf and exp(-inf - (-inf)) is NaN, so subtract 0 there instead.
+    # | hint3: lse = torch.logaddexp(lse_a, lse_b); base = where(lse is -inf, 0, lse); w_x =
+    # | exp(lse_x - base)[..., None]; out = w_a * where(w_a > 0, out_a, 0) + w_b * where(w_b > 0,
+    # | out_b, 0).
     acc = torch.promote_types(torch.promote_types(out_a.dtype, lse_a.dtype), torch.float32)
     lse_a, lse_b = lse_a.to(acc), lse_b.to(acc)
     lse = torch.logaddexp(lse_a, lse_b)

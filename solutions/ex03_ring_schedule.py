@@ -23,8 +23,17 @@ def ring_step(step: int, world: int) -> list[dict]:
     Example, world = 4, step = 1: rank 0 holds block 3, sends it to rank 1, receives block 2
     from rank 3.
     """
-    # BEGIN SOLUTION 03.1 | notebook 03, "The schedule" | hint: blocks move one rank forward per
-    # | step, so rank r holds block (r - step) mod P; the last step (step = P - 1) sends nothing
+    # BEGIN SOLUTION 03.1 | notebook 03, "The schedule"
+    # | hint: section 2: every step, each block moves one rank forward around the ring, so trace a
+    # | block number backwards to find what rank r holds after `step` passes. What r receives is
+    # | what its left neighbour holds now. Only the last step passes nothing: there the three send
+    # | and receive keys are None.
+    # | hint2: P = 4, step = 2: ranks 0..3 hold blocks [2, 3, 0, 1]; rank 0 sends to 1 and receives
+    # | from 3, which holds block 1, so rank 0 receives block 1 (and indeed holds block 1 at step
+    # | 3). At step 3, the last, rank 0 holds block 1 and everything else is None. P = 1: step 0 is
+    # | already the last step.
+    # | hint3: holds = (r - step) % P; send_to = (r + 1) % P; recv_from = (r - 1) % P; receives = (r
+    # | - 1 - step) % P; the last three are None when step == P - 1.
     last = step == world - 1
     plan = []
     for r in range(world):

@@ -36,9 +36,19 @@ def ring_forward(q, k, v, group=None, scale=None):
     The receive buffer must have the length of the block that arrives, not of the one you hold.
     Skip the send or receive of an empty block (both sides know every length).
     """
-    # BEGIN SOLUTION 04.1 | notebook 04, "Your ring on real processes" | hint: lens =
-    # | [s[2] for s in agree(group, k=k)["k"]]; block = (rank - step) % P; the next buffer is
-    # | k.new_empty(2, B, H, lens[(block - 1) % P], D); wait on the requests before using it
+    # BEGIN SOLUTION 04.1 | notebook 04, "Your ring on real processes"
+    # | hint: your 03.1 schedule plus the who / how long / when of section 1: the neighbours as
+    # | global ranks, every rank's shard length learned once before the loop, and the send and
+    # | receive posted together, then the compute on the block you hold, then the wait. Size the
+    # | receive buffer for the block that arrives, and skip sending or receiving an empty block.
+    # | hint2: L = 7 tokens on P = 3: lengths [3, 2, 2]. Rank 1 at step 0 holds its own block (2
+    # | tokens) and receives block 0, which has 3 tokens: its buffer needs 3, not 2. Rank 0 holds
+    # | blocks 0, 2, 1 at steps 0, 1, 2 and sends nothing at step 2. L = 2 on P = 3: lengths [1, 1,
+    # | 0]; at step 0 rank 2 has nothing to send and rank 0 nothing to receive.
+    # | hint3: lens = [s[2] for s in agree(group, k=k)["k"]]; block = (rank - step) % P; nxt =
+    # | k.new_empty(2, B, H, lens[(block - 1) % P], D) (K and V stacked); post the non-empty
+    # | isend/irecv with dist.batch_isend_irecv; attention_with_lse on the block held,
+    # | merge_attention into (out, lse); wait on the requests, then cur = nxt.
     rank, world = require_group(group, "ring_forward")
     lens = [s[2] for s in agree(group, k=k)["k"]]
     dst, src = global_rank(group, (rank + 1) % world), global_rank(group, (rank - 1) % world)
@@ -78,9 +88,19 @@ def seq_to_heads(x: torch.Tensor, group=None) -> torch.Tensor:
     shard (B * H/P * L_i * D elements); put the received pieces in sequence order.
     Raise `cpcourse.support.errors.InputError` when P does not divide H.
     """
-    # BEGIN SOLUTION 04.2 | notebook 04, "The alternatives: all-gather and Ulysses" | hint: send =
-    # | x.view(B, P, H/P, L_r, D).transpose(0, 1) made contiguous; split sizes in elements;
-    # | view piece i as [B, H/P, L_i, D] and cat on dim 2
+    # BEGIN SOLUTION 04.2 | notebook 04, "The alternatives: all-gather and Ulysses"
+    # | hint: Ulysses in section 3 and the docstring: lay out your flat send buffer so that chunk j
+    # | is head group j of your shard (the heads are not the outer dimension, so reorder first).
+    # | Every chunk you send has the same size; what arrives from rank i depends on rank i's shard
+    # | length, known from every rank's shape. Split sizes count elements, not tokens. Check first
+    # | that P divides H.
+    # | hint2: B = 1, H = 4, D = 1, P = 2, L = 3 split [2, 1], so H/P = 2. Rank 0 sends 1 * 2 * 2 *
+    # | 1 = 4 elements to each rank (heads 0-1 to itself, heads 2-3 to rank 1); rank 1 sends 2 to
+    # | each. Rank 0 receives [4, 2] elements: heads 0-1 of tokens 0-1, then of token 2; viewed [1,
+    # | 2, 2, 1] and [1, 2, 1, 1], joined on dim 2 into [1, 2, 3, 1].
+    # | hint3: send = x.reshape(B, P, H/P, L_r, D).transpose(0, 1).contiguous().view(-1); input
+    # | split sizes [B * H/P * L_r * D] * P, output split sizes B * H/P * L_i * D per rank i; view
+    # | received piece i as [B, H/P, L_i, D] and cat on dim 2.
     rank, world = require_group(group, "seq_to_heads")
     b, h, lr, d = x.shape
     require(h % world == 0, f"seq_to_heads: {h} heads do not split over {world} ranks; use a "
@@ -133,9 +153,17 @@ def ring_forward_padded(q, k, v, group=None, scale=None):
     Same inputs and output as `ring_forward`. Keep the padding (every message max(L_r) tokens
     long) and find what the buggy version gets wrong with it.
     """
-    # BEGIN SOLUTION 04.3 | notebook 04, "Bug hunt: the padded ring" | hint: a zero key is not
-    # | "no key": its score is 0, so exp(0 - lse) still enters the softmax; attend only to the
-    # | first lens[(rank - step) % P] tokens of the block you hold
+    # BEGIN SOLUTION 04.3 | notebook 04, "Bug hunt: the padded ring"
+    # | hint: section 4 asks what a row of zeros in K does inside a softmax: work out the score of a
+    # | zero key and whether its weight is really nothing. Keep the padded messages; change only
+    # | which keys each step attends to, using the lengths that every rank already knows.
+    # | hint2: 7 tokens on 3 ranks: lengths [3, 2, 2], every message padded to 3. Rank 0 at step 1
+    # | holds block 2: 2 real keys and 1 zero key. The zero key scores 0, so it takes weight exp(0 -
+    # | lse) > 0 while adding a zero value: with scores [1, 1, 0] each real key gets e / (2e + 1) =
+    # | 0.42 instead of 0.5. On 9 = 3 + 3 + 3 tokens nothing is padded and the bug hides.
+    # | hint3: a zero key is not 'no key'. n = lens[(rank - step) % P]; attend to cur[0, :, :, :n]
+    # | and cur[1, :, :, :n] only (the rest of the block is padding); skip the exchange when the
+    # | padded block is empty.
     rank, world = require_group(group, "ring_forward_padded")
     lens = [s[2] for s in agree(group, k=k)["k"]]
     dst, src = global_rank(group, (rank + 1) % world), global_rank(group, (rank - 1) % world)

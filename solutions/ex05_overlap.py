@@ -24,8 +24,17 @@ def overlap_condition(tokens_per_rank: int, heads: int, head_dim: int, bytes_per
     "hidden": compute_s >= comm_s, "min_tokens_per_rank": the smallest integer Lq for which
     compute_s >= comm_s (it depends on neither heads nor head_dim)}.
     """
-    # BEGIN SOLUTION 05.1 | notebook 05, "The overlap condition" | hint: compute = 4 Lq^2 D H / F,
-    # | comm = 2 Lq D H b / B; their ratio 2 Lq B / (F b) >= 1 gives Lq >= F b / (2 B), rounded up
+    # BEGIN SOLUTION 05.1 | notebook 05, "The overlap condition"
+    # | hint: section 1 and the module docstring give the FLOPs of one step and the bytes of one
+    # | hop; divide each by its rate to get seconds. For the threshold, write the ratio of the two
+    # | times: heads and head_dim cancel, leaving a condition on the tokens per rank alone. The
+    # | answer is the smallest whole number of tokens, so round the right way.
+    # | hint2: Lq = 2000, H = 2, D = 64, b = 2 bytes, F = 1e12 FLOP/s, B = 1e9 bytes/s: compute = 4
+    # | * 2000^2 * 64 * 2 / 1e12 = 2.048e-3 s, comm = 2 * 2000 * 64 * 2 * 2 / 1e9 = 1.024e-3 s, so
+    # | hidden is True (compute is twice the hop) and the minimum is 1000 tokens per rank. With
+    # | B = 3e9 the threshold is 1e12 * 2 / 6e9 = 333.3, so the minimum is 334.
+    # | hint3: compute = 4 Lq^2 D H / F, comm = 2 Lq D H b / B; their ratio 2 Lq B / (F b) >= 1
+    # | gives Lq >= F b / (2 B): min_tokens_per_rank = math.ceil(F * b / (2 * B)).
     compute_s = 4 * tokens_per_rank ** 2 * head_dim * heads / flops_per_s
     comm_s = 2 * tokens_per_rank * head_dim * heads * bytes_per_element / bytes_per_s
     return {"compute_s": compute_s, "comm_s": comm_s, "hidden": compute_s >= comm_s,

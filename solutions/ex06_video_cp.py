@@ -24,9 +24,17 @@ def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tens
     T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
     ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
     """
-    # BEGIN SOLUTION 06.1 | notebook 06, "The layout, and the split along time" | hint:
-    # | base, extra = divmod(T, world); ranks below `extra` hold base + 1 frames; slice dim 2
-    # | from the offset
+    # BEGIN SOLUTION 06.1 | notebook 06, "The layout, and the split along time"
+    # | hint: the layout section: a rank's frames follow the tensor_split rule (the first few ranks
+    # | hold one frame more, and a rank may hold none). Work out this rank's frame count, then its
+    # | first frame as the total held by the ranks before it; slice the time axis (dim 2) and return
+    # | a contiguous copy with that first frame.
+    # | hint2: T = 7, P = 3: sizes [3, 2, 2], first frames [0, 3, 5]. T = 10, P = 4: sizes [3, 3, 2,
+    # | 2], rank 3 starts at frame 8. T = 2, P = 3: sizes [1, 1, 0]; rank 2 gets an empty [B, H, 0,
+    # | S, D] slice with offset 2.
+    # | hint3: base, extra = divmod(T, world); size = base + (1 if rank < extra else 0); offset =
+    # | rank * base + min(rank, extra); return video[:, :, offset:offset + size].contiguous(),
+    # | offset.
     t = video.shape[2]
     base, extra = divmod(t, world)
     size = base + (1 if rank < extra else 0)
@@ -44,8 +52,18 @@ def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
     `[world, B, H, T_max, S, D]`), then keep each rank's first T_r frames.
     `cpcourse.dist.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
     """
-    # BEGIN SOLUTION 06.2 | notebook 06, "Exercises 06.2 and 06.3" | hint: sizes from agree();
-    # | pad to max(sizes) along dim 2, all_gather_into_tensor, then cat buf[r, :, :, :sizes[r]]
+    # BEGIN SOLUTION 06.2 | notebook 06, "Exercises 06.2 and 06.3"
+    # | hint: the docstring and the exercise text of section 4: the all-gather wants the same size
+    # | from every rank, so first learn every rank's frame count, pad your shard with zero frames to
+    # | the largest, gather into one buffer holding one slot per rank along the first dimension,
+    # | then drop each rank's padding while joining the frames in rank order.
+    # | hint2: T = 7 on P = 3: sizes [3, 2, 2], so T_max = 3; each rank sends [B, H, 3, S, D]; the
+    # | buffer is [3 * B, H, 3, S, D], viewed [3, B, H, 3, S, D]; keep 3, 2 and 2 frames of slots 0,
+    # | 1, 2: 7 frames. T = 2 on P = 3 (sizes [1, 1, 0]): rank 2 sends one frame of zeros and
+    # | contributes none.
+    # | hint3: sizes = [s[2] for s in agree(group, seq_dim=2, x=local)["x"]]; pad to max(sizes) on
+    # | dim 2; all_gather_single(buf, padded, group=group) into [world * B, H, T_max, S, D];
+    # | view(world, B, H, T_max, S, D); cat buf[r, :, :, :sizes[r]] over r on dim 2.
     _, world = require_group(group, "gather_frames")
     sizes = [shape[2] for shape in agree(group, seq_dim=2, x=local)["x"]]
     most = max(sizes)
@@ -67,8 +85,19 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
     send chunk j to rank j with one `dist.all_to_all_single` (flatten the chunks into one 1-D
     tensor; split sizes in elements), and put the received pieces in frame order.
     """
-    # BEGIN SOLUTION 06.3 | notebook 06, "Exercises 06.2 and 06.3" | hint: send sizes are the
-    # | chunk numels; from rank src you receive B*H*T_src*S_mine*D elements; cat those on dim 2
+    # BEGIN SOLUTION 06.3 | notebook 06, "Exercises 06.2 and 06.3"
+    # | hint: section 4's all-to-all: cut your frames into P chunks of positions (the same split
+    # | rule, on the S axis) and send chunk j to rank j; from every rank you receive that rank's
+    # | frames of your own positions. Every size follows from T, S and P, with no extra
+    # | communication; split sizes count elements. Join the received pieces by source rank, which is
+    # | frame order.
+    # | hint2: T = 7, S = 10, P = 3, B = H = D = 1: frames [3, 2, 2], positions [4, 3, 3]. Rank 0 (3
+    # | frames) sends 3 * 4 = 12, 3 * 3 = 9 and 9 elements; it receives 3 * 4 = 12, 2 * 4 = 8 and 8
+    # | elements (positions 0-3 of the frames of ranks 0, 1, 2) and returns [1, 1, 7, 4, 1].
+    # | hint3: chunks = torch.tensor_split(x, world, dim=3); send = the flattened chunks
+    # | concatenated, send sizes their numel(); receive sizes B * H * T_src * S_mine * D, with T_src
+    # | = shard_sizes(frames, P)[src] and S_mine = shard_sizes(S, P)[rank]; view piece src as [B, H,
+    # | T_src, S_mine, D] and cat on dim 2.
     rank, world = require_group(group, "time_to_space")
     b, h, _, s, d = x.shape
     t_sizes, s_sizes = shard_sizes(frames, world), shard_sizes(s, world)
@@ -90,8 +119,16 @@ def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
     flatten them to `[B, H, T_r*S, D]`, call `cpcourse.ring.ring_attention` (local shards in,
     local output out) and reshape back.
     """
-    # BEGIN SOLUTION 06.4 | notebook 06, "Full 3D attention on a video" | hint: reshape(B, H,
-    # | T_r * S, D) for q, k, v; ring_attention(..., group=group); reshape to q's shape
+    # BEGIN SOLUTION 06.4 | notebook 06, "Full 3D attention on a video"
+    # | hint: section 5: in (t, s) order a rank's frames are one contiguous run of the flattened
+    # | sequence, so merge the frame and position axes of all three inputs, hand these local shards
+    # | to the library's ring with the group, and undo the merge on the output (its last dimension
+    # | is the values').
+    # | hint2: T = 7 frames of S = 10 on P = 3: rank 0 holds tokens 0-29 of the 70, rank 1 (frames 3
+    # | and 4) tokens 30-49, rank 2 tokens 50-69. On rank 0, q [1, 2, 3, 10, 16] becomes [1, 2, 30,
+    # | 16]; the ring returns [1, 2, 30, 16], reshaped to [1, 2, 3, 10, 16].
+    # | hint3: b, h, t, s, d = q.shape; out = ring_attention(*(x.reshape(b, h, t * s, x.shape[-1])
+    # | for x in (q, k, v)), group=group); return out.reshape(b, h, t, s, v.shape[-1]).
     b, h, t, s, d = q.shape
     out = ring_attention(*(x.reshape(b, h, t * s, x.shape[-1]) for x in (q, k, v)), group=group)
     return out.reshape(b, h, t, s, v.shape[-1])
@@ -119,8 +156,18 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
     once: `joint_attention_cp_buggy` puts it into every rank's ring block, so the ring shows it
     P times (sglang#33327: silent, plausible-looking corruption).
     """
-    # BEGIN SOLUTION 06.5 | notebook 06, "Bug hunt: the replicated text tokens" | hint: keep the
-    # | text queries on every rank, but append text K/V to ONE rank's block only (e.g. the last)
+    # BEGIN SOLUTION 06.5 | notebook 06, "Bug hunt: the replicated text tokens"
+    # | hint: section 6: the ring shows every rank's K/V block to every rank, so whatever sits in
+    # | all P blocks enters each softmax P times. Queries never travel, so the text queries may stay
+    # | on every rank; the text keys and values must be in exactly one block. Pick one rank to carry
+    # | them; the others append an empty slice, so the code stays the same on all ranks.
+    # | hint2: P = 3, N = 4 text tokens, 20 video tokens per rank: the buggy ring sees 3 * (20 + 4)
+    # | = 72 keys, each text key three times. The fix: 24 queries on every rank, K/V blocks of 20,
+    # | 20 and 24 tokens (text on rank 2 only), 64 = 60 + 4 keys in all, as on one process; every
+    # | rank gets the same full text rows.
+    # | hint3: keep text_q on every rank, but append text K/V to ONE rank's block only: n_text = N
+    # | on the last rank, 0 elsewhere; K = cat(flat(k), text_k[:, :, :n_text]), same for V;
+    # | ring_attention; split the output at T_r * S into video and text rows.
     rank, world = require_group(group, "joint_attention_cp")
     b, h, t, s, d = q.shape
     n_text = text_k.shape[2] if rank == world - 1 else 0

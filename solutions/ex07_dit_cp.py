@@ -22,8 +22,16 @@ def rope_on_shard(x: torch.Tensor, height: int, width: int, frames: int, rank: i
     t0 = sum of the frames of ranks 0..r-1. Rotate by global positions:
     `apply_rope(x, rope_angles(T_r, height, width, D, frame_offset=t0))`.
     """
-    # BEGIN SOLUTION 07.1 | notebook 07, "Positions under CP" | hint: t0 = rank * (frames //
-    # | world) + min(rank, frames % world); pass it as frame_offset to rope_angles
+    # BEGIN SOLUTION 07.1 | notebook 07, "Positions under CP"
+    # | hint: section 2: rotate by global positions. The only new ingredient is this rank's first
+    # | global frame, the total held by the ranks before it under the tensor_split rule (as in
+    # | exercise 06.1). Give it to the angle builder as its frame offset; the number of frames and
+    # | the head dimension are the local tensor's.
+    # | hint2: frames = 8, world = 2: rank 1 holds frames 4-7, so t0 = 4 (the notebook's cell).
+    # | frames = 7, world = 3: sizes [3, 2, 2]; rank 2 has T_r = 2 and t0 = 5. frames = 2, world =
+    # | 3: rank 2 holds nothing and t0 = 2.
+    # | hint3: t0 = rank * (frames // world) + min(rank, frames % world); apply_rope(x,
+    # | rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset=t0)).
     base, extra = divmod(frames, world)
     t0 = rank * base + min(rank, extra)
     return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset=t0))
@@ -37,8 +45,17 @@ def local_noise(shape: tuple, seed: int, rank: int, world: int) -> torch.Tensor:
     `torch.Generator().manual_seed(seed)` over the WHOLE shape, then cast to float32. (Seeding
     each rank with seed + rank, or drawing only T_r frames, gives a different video for each P.)
     """
-    # BEGIN SOLUTION 07.2 | notebook 07, "The same noise at any P" | hint: draw the whole shape
-    # | with one seeded generator on every rank, then torch.tensor_split(..., world, dim=2)[rank]
+    # BEGIN SOLUTION 07.2 | notebook 07, "The same noise at any P"
+    # | hint: the noise must not depend on P: every rank reproduces exactly what one process draws
+    # | (the whole shape, one generator seeded with `seed`, float64 samples cast to float32, as the
+    # | docstring says) and keeps only its own frames along time, split by the usual rule.
+    # | hint2: shape (1, 4, 8, 16, 16) on P = 2: both ranks draw all 8 frames; rank 0 keeps frames
+    # | 0-3, rank 1 frames 4-7, and the two joined on dim 2 equal the P = 1 noise. With T = 5 frames
+    # | on P = 2, rank 0 keeps 3 and rank 1 keeps 2. Seeding rank 1 with seed + 1 would give it
+    # | numbers that differ from frames 4-7 of the P = 1 draw.
+    # | hint3: gen = torch.Generator().manual_seed(seed); whole = torch.randn(shape, generator=gen,
+    # | dtype=torch.float64).float(); return torch.tensor_split(whole, world,
+    # | dim=2)[rank].contiguous().
     gen = torch.Generator().manual_seed(seed)
     whole = torch.randn(shape, generator=gen, dtype=torch.float64).float()
     return torch.tensor_split(whole, world, dim=2)[rank].contiguous()

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from cpcourse.course.exercises import impl_from_env
 from cpcourse.course.exercises import show as show_notice
+from cpcourse.course.hints import hints_used
 from cpcourse.course.stubs import Exercise, course_root, get_exercise, registry, stub_error_id
 from cpcourse.launch.proctree import stop_tree
 from cpcourse.support.errors import ArgumentParser, positive_float
@@ -56,6 +57,7 @@ class ExerciseResult:
     tests: list[TestOutcome] = field(default_factory=list)
     detail: str = ""             # for timed out / error: what happened
     seconds: float = 0.0
+    hints_used: int = 0          # highest hint level seen (`cpcourse.hint`)
 
     @property
     def passed(self) -> bool:
@@ -78,7 +80,8 @@ class ExerciseResult:
                 "status": self.status, "passed": self.passed,
                 "tests": len(self.tests), "tests_passed": sum(t.outcome == "passed"
                                                               for t in self.tests),
-                "first_failure": self.first_failure, "seconds": round(self.seconds, 3)}
+                "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
+                "hints_used": self.hints_used, "hint_levels": len(ex.hints)}
 
     def __repr__(self) -> str:
         return f"<check {self.exercise.id}: {self.status}>"
@@ -238,7 +241,11 @@ def grade(ids: list[str] | None = None, *, impl: str | None = None, timeout: flo
     timeout = positive_float("--timeout", DEFAULT_GRADE_TIMEOUT if timeout is None else timeout,
                              high=86_400)
     run = _run_pytest([e.id for e in exercises] if ids else None, impl, timeout, root)
-    return [_grade(ex, impl, run, timeout) for ex in exercises]
+    results = [_grade(ex, impl, run, timeout) for ex in exercises]
+    used = hints_used(root)
+    for r in results:
+        r.hints_used = used.get(r.exercise.id, 0)
+    return results
 
 
 class CheckFailed(AssertionError):

@@ -80,15 +80,16 @@ def _one_line(text: str, width: int) -> str:
 
 
 def render_table(results, seconds: float) -> str:
-    """The `cpcourse grade` table: id, title, status, tests passed, first failure."""
-    rows = [("id", "title", "status", "tests", "first failure")]
+    """The `cpcourse grade` table: id, title, status, tests passed, hints seen, first failure."""
+    rows = [("id", "title", "status", "tests", "hints", "first failure")]
     for r in results:
         ok = sum(t.outcome == "passed" for t in r.tests)
         rows.append((r.exercise.id, _one_line(r.exercise.title, 28), r.status,
-                     f"{ok}/{len(r.tests)}", "" if r.passed else _one_line(r.first_failure, 70)))
-    widths = [max(len(row[i]) for row in rows) for i in range(4)]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:4], widths, strict=True))
-             + "  " + row[4] for row in rows]
+                     f"{ok}/{len(r.tests)}", f"{r.hints_used}/{len(r.exercise.hints)}",
+                     "" if r.passed else _one_line(r.first_failure, 70)))
+    widths = [max(len(row[i]) for row in rows) for i in range(5)]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True))
+             + "  " + row[5] for row in rows]
     lines.insert(1, "-" * min(120, max(len(line) for line in lines)))
     passed = sum(r.passed for r in results)
     impl = results[0].impl if results else "exercises"

@@ -9,7 +9,9 @@ A reference answer lives once in `solutions/exNN_topic.py`. The part a learner w
     # END SOLUTION
 
 Fields are separated by `|`: the exercise id, where to read (a quoted part is the exercise's
-title), then `hint: ...`. Comment lines right after BEGIN that start with `# |` continue the
+title), then the hint levels: `hint: ...` (the idea, which the stub's message shows),
+`hint2: ...` (a worked small case), `hint3: ...` (the key line); `cpcourse.hint(id)` reveals
+them one at a time. Comment lines right after BEGIN that start with `# |` continue the
 header (for hints longer than a line). `make_stub` replaces each marked region by a
 `raise NotImplementedError("Exercise 00.1 <function>: read <where>. Hint: <hint>")` at the same
 indentation; everything else (imports, signature, the docstring that is the spec) is shared.
@@ -31,6 +33,7 @@ CONTINUE = re.compile(r"^[ \t]*#\s*\|(?P<more>.*?)\s*$")
 END = re.compile(r"^[ \t]*# END SOLUTION\s*$")
 EXERCISE_ID = re.compile(r"^\d{2}\.\d+$")
 # The first words of every stub's message; `is_stub_error` and the fallback key on them.
+HINT_FIELD = re.compile(r"^hint([2-9])?:", re.IGNORECASE)  # hint: (level 1), hint2:, hint3:
 STUB_MESSAGE = re.compile(r"^Exercise (?P<id>\d{2}\.\d+) (?P<function>[\w.]+): ")
 
 
@@ -42,8 +45,9 @@ class Exercise:
     module: str      # "ex00_tokens": the file stem in solutions/ and exercises/
     function: str    # qualified name of the function holding the region ("Ring.step")
     where: str       # where to read, e.g. 'notebook 00, "Counting tokens"'
-    hint: str
+    hint: str        # level 1: the idea (what the stub's message says)
     line: int        # the BEGIN line in the solution file (1-based)
+    hints: tuple[str, ...] = ()  # every level: idea, a worked small case, the key line
 
     @property
     def title(self) -> str:
@@ -52,32 +56,42 @@ class Exercise:
 
     def stub_message(self) -> str:
         text = f"Exercise {self.id} {self.function}: read {self.where}."
-        return text + (f" Hint: {self.hint}" if self.hint else "")
+        text += f" Hint: {self.hint}" if self.hint else ""
+        more = len(self.hints) - 1
+        return text + (f" ({more} more: cpcourse.hint(\"{self.id}\"))" if more > 0 else "")
 
 
 def sort_key(exercise_id: str) -> tuple[int, ...]:
     return tuple(int(p) for p in exercise_id.split("."))
 
 
-def _parse_header(header: str, where_am_i: str) -> tuple[str, str, str]:
+def _parse_header(header: str, where_am_i: str) -> tuple[str, str, tuple[str, ...]]:
     fields = [f.strip() for f in header.split("|")]
     ex_id, rest = fields[0], fields[1:]
     if not EXERCISE_ID.match(ex_id):
         raise InputError(f"{where_am_i}: exercise id must look like 01.2, got {ex_id!r}")
-    where, hint, parts = "", "", []
+    where, parts = "", []
     for field in rest:
-        if field.lower().startswith("hint:"):
-            parts.append(["hint", field[5:].strip()])
+        level = HINT_FIELD.match(field)
+        if level:
+            parts.append([int(level.group(1) or 1), field[level.end():].strip()])
         elif not parts:
-            parts.append(["where", field])
+            parts.append([0, field])
         else:  # a continuation line: glue it to the field before
             parts[-1][1] = f"{parts[-1][1]} {field}".strip()
+    hints = {}
     for key, value in parts:
-        where, hint = (value, hint) if key == "where" else (where, value)
+        if key == 0:
+            where = value
+        else:
+            hints[key] = value
     if not where:
         example = f"# BEGIN SOLUTION {ex_id} | notebook {ex_id[:2]}, \"Title\" | hint: ..."
         raise InputError(f"{where_am_i}: say where to read, e.g. '{example}'")
-    return ex_id, where, hint
+    if sorted(hints) != list(range(1, len(hints) + 1)):
+        raise InputError(f"{where_am_i}: hint levels must run hint:, hint2:, hint3: ... without "
+                         f"gaps, got levels {sorted(hints)}")
+    return ex_id, where, tuple(hints[k] for k in sorted(hints))
 
 
 def _enclosing_functions(tree: ast.AST) -> list[tuple[int, int, str]]:
@@ -120,7 +134,7 @@ def parse_solution(source: str, path: str | Path) -> tuple[list[Exercise], list[
         while j < len(lines) and CONTINUE.match(lines[j]):
             header += " |" + CONTINUE.match(lines[j]).group("more")
             j += 1
-        ex_id, where, hint = _parse_header(header, f"{path}:{i + 1}")
+        ex_id, where, hints = _parse_header(header, f"{path}:{i + 1}")
         end = next((k for k in range(j, len(lines))
                     if END.match(lines[k]) or BEGIN.match(lines[k])), None)
         if end is None or BEGIN.match(lines[end]):
@@ -134,7 +148,8 @@ def parse_solution(source: str, path: str | Path) -> tuple[list[Exercise], list[
         inside = [name for first, last, name in functions if first < i + 1 <= last]
         if not inside:
             raise InputError(f"{path}:{i + 1}: put the markers of {ex_id} inside a function body")
-        ex = Exercise(ex_id, path.stem, inside[-1], where, hint, i + 1)
+        ex = Exercise(ex_id, path.stem, inside[-1], where, hints[0] if hints else "", i + 1,
+                      hints)
         regions.append((ex, i, end, m.group("indent")))
         i = end + 1
     exercises = [r[0] for r in regions]

@@ -122,3 +122,21 @@ def show_table(rows: Iterable[dict], columns: Sequence[str] | None = None, **kw)
     else:
         for r in rows:
             print(" | ".join(str(r.get(c, "")) for c in (columns or r.keys())))
+
+
+def verdict(guess, actual: float, what: str, show=str) -> str:
+    """Markdown that sets a learner's prediction beside the computed value: how far off, as a
+    ratio (the right measure for quantities that span orders of magnitude). `guess` None (the
+    cell left as it was) says so instead of judging; `show` formats both numbers."""
+    if guess is None:
+        return (f"You left the guess empty: {what} is **{show(actual)}**. Guessing first is the "
+                f"point: fill in the variable and run both cells again.")
+    guess = float(guess)
+    if guess <= 0 or actual <= 0:
+        close = guess == actual
+        return f"You guessed {show(guess)}; {what} is **{show(actual)}**" + (
+            " (right)." if close else ".")
+    off = max(guess / actual, actual / guess)
+    how = ("spot on" if off < 1.1 else "close" if off < 1.5 else
+           f"off by {ratio(off)}, too {'high' if guess > actual else 'low'}")
+    return f"You guessed {show(guess)}; {what} is **{show(actual)}**: {how}."

@@ -69,7 +69,8 @@ def test_grade_solutions_pass(course, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "3 of 3 exercises pass (solutions" in out
-    assert out.splitlines()[0].split() == ["id", "title", "status", "tests", "first", "failure"]
+    assert out.splitlines()[0].split() == ["id", "title", "status", "tests", "hints", "first",
+                                         "failure"]
 
 
 def test_check_times_out_and_leaves_no_process(course, tmp_path, monkeypatch, capsys):

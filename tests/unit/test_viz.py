@@ -191,3 +191,13 @@ def test_dashboard_updates_without_a_display():
     d.gpu.value = "h200-sxm"
     assert d.result["hbm_bytes"] == gpus()["h200-sxm"].hbm_bytes
     assert d._repr_mimebundle_()  # displayable as the cell's value
+
+
+def test_verdict_sets_a_guess_beside_the_truth():
+    from cpcourse.viz.fmt import verdict
+
+    assert "left the guess empty" in verdict(None, 8, "the CP degree")
+    assert "spot on" in verdict(8, 8, "the CP degree")
+    assert "off by 4.0x, too low" in verdict(2, 8, "the CP degree")
+    assert "too high" in verdict(80, 8, "x") and "close" in verdict(10, 8, "x")
+    assert "**8**" in verdict(0, 8, "x")   # a zero guess is shown, not divided by
