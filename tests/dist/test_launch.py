@@ -137,7 +137,11 @@ def test_a_deadlock_times_out_naming_rank_and_operation(mark):
 
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
 def test_a_killed_launch_leaves_no_process(how, mark):
+    # A shell that started this run in the background (`cmd &`) left SIGINT ignored, and an
+    # ignored signal stays ignored in every child: give the caller Python's own handler back.
     code = textwrap.dedent(f"""
+        import signal
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         from cpcourse.launch import launch
         launch({__file__!r} + ":sleep_forever", 2, timeout=300, env={{"M": {mark!r}}})
     """)
