@@ -39,18 +39,10 @@ def _labels(cfg, label, b: int) -> torch.Tensor:
     return y if cfg.num_motions else y[:, 0]
 
 
-def time_grid(steps: int, shift: float = 1.0) -> torch.Tensor:
-    """`steps + 1` times from 1 (noise) to 0 (clip), float64. `shift` > 1 spends more of the
-    steps at high noise, t -> shift * t / (1 + (shift - 1) * t): the "flow shift" of SD3, Wan
-    and HunyuanVideo's samplers."""
-    t = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
-    return shift * t / (1 + (shift - 1) * t)
-
-
 @torch.no_grad()
 def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: float = 4.0,
            ctx: CPContext | None = None, step_times: list | None = None,
-           trajectory: list | None = None, shift: float = 1.0) -> torch.Tensor:
+           trajectory: list | None = None) -> torch.Tensor:
     """Denoise this rank's frames `[B, C, T_r, Hl, Wl]` -> the sample's frames, same shape.
 
     `label`: a class id, or a (shape, motion) pair for a model with `num_motions`. `ctx` None:
@@ -66,7 +58,7 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
     ctx = ctx or CPContext(grid=grid)
     x = patchify(noise_frames, cfg.patch)
     y = _labels(cfg, label, b)
-    times = time_grid(steps, shift)
+    times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         start = time.perf_counter()
         t = torch.full((2 * b,), float(times[i]), dtype=x.dtype)

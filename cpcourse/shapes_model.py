@@ -202,7 +202,7 @@ def generate_clip(model: TinyVideoDiT, prompt: str, seed: int = 0, steps: int = 
 
 
 def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAMPLE_STEPS,
-             cfg_scale: float = 4.0, shift: float = 1.0) -> dict:
+             cfg_scale: float = 4.0) -> dict:
     """Generate every prompt at every seed in this process and track each clip.
 
     Returns {prompt: {"direction": fraction of clips moving the prompt's way, "shape": fraction
@@ -218,7 +218,7 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
     noise = torch.cat([initial_noise(shape, s) for s in seeds])  # one batch: seeds side by side
     out, rows, start = {}, [], time.perf_counter()
     for prompt in prompts:
-        batch = sample(model, noise, parse_prompt(prompt), steps, cfg_scale, shift=shift)
+        batch = sample(model, noise, parse_prompt(prompt), steps, cfg_scale)
         found = [matches(prompt, track(to_clip(batch[i:i + 1]))) for i in range(len(seeds))]
         rows += found
         out[prompt] = rates(found)

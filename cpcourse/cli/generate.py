@@ -41,16 +41,17 @@ TRAINED_DEFAULTS = {"frames": 8, "height": 32, "width": 32, "steps": SAMPLE_STEP
                     "cfg_scale": 4.0}
 
 
-def _weights_path(weights: str) -> str | None:
-    """None for the random model; else the file to load (checked here, before any launch)."""
+def _trained_config(weights: str) -> tuple[str | None, DiTConfig | None]:
+    """(file, its model config) for trained weights, (None, None) for the random model. The
+    file is read here, before any launch: a missing or foreign one is one clear error, not one
+    per rank."""
     from cpcourse.dit import load_weights
     from cpcourse.shapes_model import shipped_path
 
     if weights == "random":
-        return None
+        return None, None
     path = shipped_path() if weights == "shipped" else os.path.abspath(weights)
-    load_weights(path)  # a missing or foreign file is one clear error now, not one per rank
-    return path
+    return path, load_weights(path)[0].cfg
 
 
 def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
@@ -67,12 +68,11 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     only, else None), "report": {...}}. `weights`: "shipped", a file from `cpcourse train`, or
     "random" (then `label`, `attention`, `model` and `weight_seed` choose the random DiT).
     """
-    from cpcourse.dit import load_weights
     from cpcourse.launch import launch
     from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
     from cpcourse.shapes_model import to_clip
 
-    path = _weights_path(weights)
+    path, trained_cfg = _trained_config(weights)
     trained = path is not None
     defaults = TRAINED_DEFAULTS if trained else RANDOM_DEFAULTS
     frames = defaults["frames"] if frames is None else frames
@@ -92,7 +92,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     require(nproc <= frames, f"--nproc {nproc} is more than the {frames} latent frames to split: "
             f"use --nproc {frames} or fewer, or more --frames")
     if trained:
-        cfg = load_weights(path)[0].cfg
+        cfg = trained_cfg
         require(label is None, "--label conditions the random model: the trained model takes "
                 f"--prompt ({', '.join(PROMPTS)})")
         require(model is None and batch == 1, "the trained model's size is fixed by its weights "
