@@ -4,6 +4,7 @@
     cpcourse bench ring --nproc 2 --json  # ring variants vs all-gather, Ulysses, torch CP
     cpcourse bench launch --json          # launch(): start-up, error latency, orphans
     cpcourse bench shapes --json          # does the trained model draw what it is asked?
+    cpcourse bench models --json          # real Wan under CP vs one process, and diffusers' CP
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -20,6 +21,7 @@ BENCHMARKS = {
     "ring": "overlapped / blocking / all-gather ring, Ulysses, torch CP, one-process fused",
     "launch": "launch(): start-up time, error latency, processes left after a kill",
     "shapes": "the trained shapes model: tracked direction, shape and presence per prompt",
+    "models": "real Wan under CP at 8k tokens vs one process, and diffusers' own CP",
 }
 
 

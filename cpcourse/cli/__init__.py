@@ -29,6 +29,8 @@ DELEGATED = {
     "generate": ("cpcourse.cli.generate",
                  "generate a clip with the trained shapes model on P processes"),
     "train": ("cpcourse.cli.train", "train the tiny video DiT on moving shapes"),
+    "models": ("cpcourse.cli.models",
+               "a tiny real diffusers video transformer (Wan, HunyuanVideo, ...) under CP"),
 }
 CALCULATORS = ("tokens", "memory", "comm", "plan")
 

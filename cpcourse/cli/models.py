@@ -1,0 +1,85 @@
+"""`cpcourse models`: a tiny real diffusers video transformer under CP, against one process.
+
+    cpcourse models --arch hunyuanvideo --nproc 3 --method usp --compare --json
+
+Builds the architecture's own diffusers class (`cpcourse.models.build`: tiny config, seeded
+random weights, no download) on every rank, parallelizes it (`cpcourse.models.parallelize`) and
+runs one forward on the full inputs (`--sample-steps N`: N steps of the model's own scheduler
+with CFG instead). `--compare` runs the same model in this process with as many threads as
+there are ranks and reports the largest difference and both times.
+JSON keys: arch, method, nproc, tokens, frame_sizes, ulysses, ring, dtype, seconds_cp, and with
+--compare max_abs_err, tolerance, within_tolerance, ranks_identical, seconds_single, ratio.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cpcourse.bench.models import run_models
+from cpcourse.models.compare import DTYPES
+from cpcourse.models.parallel import METHODS
+from cpcourse.models.tiny import ARCHS
+from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
+
+
+def build_parser():
+    p = ArgumentParser(prog="cpcourse models", description=__doc__.split("\n")[0])
+    p.add_argument("--arch", required=True, help=f"one of {', '.join(ARCHS)}")
+    p.add_argument("--nproc", type=int, default=2, help="ranks (CP degree), default 2")
+    p.add_argument("--method", default="ring", help=f"one of {', '.join(METHODS)} (ring)")
+    p.add_argument("--ulysses", type=int, default=None,
+                   help="usp: ranks per Ulysses group (default: the largest that fits)")
+    p.add_argument("--ring-mode", choices=("overlap", "blocking"), default="overlap")
+    p.add_argument("--frames", type=int, default=5, help="latent frames (default 5)")
+    p.add_argument("--height", type=int, default=8, help="latent height (default 8)")
+    p.add_argument("--width", type=int, default=8, help="latent width (default 8)")
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--dtype", choices=sorted(DTYPES), default="float32")
+    p.add_argument("--seed", type=int, default=0, help="weights and inputs seed")
+    p.add_argument("--sample-steps", type=int, default=None,
+                   help="run N steps of the model's scheduler with CFG instead of one forward")
+    p.add_argument("--cfg-scale", type=float, default=5.0)
+    p.add_argument("--shard-io", action="store_true",
+                   help="the model takes and returns frame shards; gathered once at the end")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs after a warm-up (3)")
+    p.add_argument("--compare", action="store_true",
+                   help="also run in this process: max_abs_err, seconds_single")
+    p.add_argument("--timeout", type=float, default=300.0)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    require(args.arch in ARCHS, f"--arch must be one of {', '.join(ARCHS)}, got {args.arch!r}")
+    steps = args.sample_steps
+    if steps is not None:
+        require(1 <= positive_int("--sample-steps", steps) <= 50, "--sample-steps: use 1 to 50")
+    require(0 <= positive_int("--repeat", args.repeat, allow_zero=True) <= 20,
+            "--repeat: use 0 to 20")
+    require(1 <= positive_int("--batch", args.batch) <= 4, "--batch: use 1 to 4")
+    spec = {"arch": args.arch, "method": args.method, "frames": args.frames,
+            "height": args.height, "width": args.width, "batch": args.batch,
+            "dtype": args.dtype, "seed": args.seed, "ulysses": args.ulysses,
+            "ring_mode": args.ring_mode, "shard_io": args.shard_io, "repeat": args.repeat,
+            "sample_steps": steps, "cfg_scale": args.cfg_scale}
+    report = run_models(spec, args.nproc, compare=args.compare,
+                        timeout=positive_float("--timeout", args.timeout, high=3600))
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    what = f"{steps} sampler steps" if steps else "one forward"
+    print(f"{args.arch} ({report['tokens']} video tokens, latent frames per rank "
+          f"{report['frame_sizes']}), {args.method} on {args.nproc} ranks "
+          f"(ulysses {report['ulysses']} x ring {report['ring']}), {what}")
+    if report["seconds_cp"]:
+        print(f"  under CP: {report['seconds_cp'] * 1e3:.1f} ms")
+    if args.compare:
+        ok = "within" if report["within_tolerance"] else "OUTSIDE"
+        print(f"  max |CP - one process| = {report['max_abs_err']:.2e} ({ok} the {args.dtype} "
+              f"tolerance {report['tolerance']:.0e}; outputs up to "
+              f"{report['max_abs_output']:.2f})")
+        if report["seconds_single"]:
+            print(f"  one process, {report['threads_single']} threads: "
+                  f"{report['seconds_single'] * 1e3:.1f} ms")
+    return 0

@@ -1,0 +1,25 @@
+"""Context parallelism on real diffusers video transformers: Wan, HunyuanVideo, CogVideoX.
+
+    python -m cpcourse.cli models --arch wan --nproc 2 --method ring --compare
+
+    model = cpcourse.models.build("wan")                  # tiny, random weights, no download
+    cpcourse.models.parallelize(model, method="ulysses")  # on every rank, in place
+    out = model(**cpcourse.models.example_inputs("wan")).sample   # the full output everywhere
+
+`parallel` (the hooks: where the sequence is split and gathered), `processors` (each model's
+attention under CP), `attention` (the softmax over every rank's keys, text counted once),
+`rotary` (a shard's rotary rows at its global frame offset), `tiny` (configs and inputs),
+`sampler` (the model's own scheduler with CFG around it), `compare` (what the CLI runs).
+"""
+
+from cpcourse.models.parallel import (
+    METHODS,
+    gather_latents,
+    parallelize,
+    shard_latents,
+    unparallelize,
+)
+from cpcourse.models.tiny import ARCHS, build, example_inputs, from_pretrained, latent_shape
+
+__all__ = ["ARCHS", "METHODS", "build", "example_inputs", "from_pretrained", "gather_latents",
+           "latent_shape", "parallelize", "shard_latents", "unparallelize"]

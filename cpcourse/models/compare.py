@@ -1,0 +1,117 @@
+"""What `cpcourse models` runs: one forward (or a short sample) of a tiny real model, on a rank.
+
+    python -m cpcourse.cli models --arch cogvideox --nproc 3 --method ring --compare --json
+
+`reference(spec)` is the unparallelised model in this process; `rank_forward(spec)` builds the
+same model from the same seed on each rank, parallelizes it and runs the same inputs. A spec is
+a dict: arch, method, frames, height, width, seed, dtype ("float32" | "bfloat16" | ...), and
+optionally ulysses, ring_mode, shard_io, repeat (timed forwards after one warm-up), config
+(tiny-config overrides), sample_steps (run the sampler instead of one forward).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+
+from cpcourse.models.parallel import gather_latents, parallelize, shard_latents
+from cpcourse.models.tiny import build, example_inputs
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+def _model_and_inputs(spec: dict):
+    dtype = DTYPES[spec.get("dtype", "float32")]
+    model = build(spec["arch"], seed=spec.get("seed", 0), dtype=dtype, **spec.get("config", {}))
+    inputs = example_inputs(spec["arch"], spec.get("frames", 5), spec.get("height", 8),
+                            spec.get("width", 8), batch=spec.get("batch", 1),
+                            seed=spec.get("seed", 0) + 1, dtype=dtype)
+    return model, inputs
+
+
+def _timed(fn, repeat: int):
+    with torch.inference_mode():
+        out = fn()  # warm-up (and the result)
+        times = []
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
+    return out, (statistics.median(times) if times else None)
+
+
+def _run(model, inputs, spec, cp: bool):
+    if spec.get("sample_steps"):
+        from cpcourse.models.sampler import sample
+
+        return lambda: sample(model, spec["arch"], inputs, steps=spec["sample_steps"],
+                              cfg_scale=spec.get("cfg_scale", 5.0), seed=spec.get("seed", 0))
+    if cp and spec.get("shard_io"):
+        mine = dict(inputs, hidden_states=shard_latents(model, inputs["hidden_states"]))
+        return lambda: gather_latents(model, model(**mine, return_dict=False)[0])
+    return lambda: model(**inputs, return_dict=False)[0]
+
+
+def reference(spec: dict) -> tuple[torch.Tensor, float | None]:
+    """(output, median seconds) of the unparallelised model in this process."""
+    model, inputs = _model_and_inputs(spec)
+    return _timed(_run(model, inputs, spec, cp=False), spec.get("repeat", 0))
+
+
+def rank_forward(spec: dict) -> dict:
+    """On every rank: the parallelized model's full output and its median forward time."""
+    model, inputs = _model_and_inputs(spec)
+    parallelize(model, method=spec["method"], ulysses=spec.get("ulysses"),
+                ring_mode=spec.get("ring_mode", "overlap"), shard_io=spec.get("shard_io", False))
+    out, seconds = _timed(_run(model, inputs, spec, cp=True), spec.get("repeat", 0))
+    cp = model._cpcourse
+    return {"out": out, "seconds": seconds, "frame_sizes": cp.frame_sizes,
+            "tokens": sum(cp.lens), "ulysses": cp.ulysses, "ring": cp.ring}
+
+
+def tolerance(method: str, dtype: str = "float32", sample: bool = False) -> float:
+    """Largest |CP - one process| the tests accept (values are O(1)).
+
+    fp32: the ring and usp merge partial softmaxes in a different order than one kernel call,
+    1e-5; Ulysses and all-gather run one kernel over the same keys, 1e-6 (a joined-text model
+    still differs in kernel: masked vs unmasked). bf16 and fp16 round every activation, so a
+    different summation order moves outputs by a few units of their last place: 3e-2 and 5e-3.
+    A sampler multiplies the forward's error by the guidance scale at every step: 10x.
+    """
+    base = {"float32": 1e-5 if method in ("ring", "usp") else 1e-6, "float64": 1e-12,
+            "bfloat16": 3e-2, "float16": 5e-3}[dtype]
+    return base * (10 if sample else 1)
+
+
+def check_spec(spec: dict, nproc: int) -> dict:
+    """Everything a launch would only find out inside the ranks, checked here: one clear line."""
+    from cpcourse.models.parallel import METHODS, _divisors
+    from cpcourse.models.tiny import arch_info, check_size, tokens
+    from cpcourse.support.errors import InputError, require
+
+    info = arch_info(spec["arch"])
+    require(spec["method"] in METHODS, f"--method must be one of {', '.join(METHODS)}, got "
+            f"{spec['method']!r}")
+    require(spec.get("dtype", "float32") in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
+    frames, height, width = spec.get("frames", 5), spec.get("height", 8), spec.get("width", 8)
+    check_size(info.id, frames, height, width)
+    n_tok, _ = tokens(info.id, frames, height, width)
+    require(n_tok * spec.get("batch", 1) <= 65536, f"{n_tok} tokens is more than this CPU demo "
+            "runs (65,536 at most): use fewer frames or a smaller height / width")
+    require(frames >= nproc, f"CP splits the {frames} latent frames over {nproc} ranks: give "
+            f"--frames {nproc} or more, or use fewer ranks")
+    heads = {**info.tiny, **spec.get("config", {})}["num_attention_heads"]
+    u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
+    if spec["method"] == "usp" and u is not None:
+        require(nproc % u == 0, f"--ulysses {u} must divide --nproc {nproc}: choose one of "
+                f"{', '.join(map(str, _divisors(nproc)))}")
+    if u is not None and heads % u:
+        works = [d for d in _divisors(heads) if nproc % d == 0]
+        raise InputError(f"Ulysses splits the {heads} heads of the tiny {info.id} over {u} "
+                         f"ranks: Ulysses degrees that work on {nproc} ranks are "
+                         f"{', '.join(map(str, works))} (--method usp --ulysses D); "
+                         "--method ring has no such limit")
+    return {"tokens": n_tok}

@@ -1,0 +1,339 @@
+"""`parallelize(model)`: a diffusers video transformer runs under CP in place, forward untouched.
+
+    python -m cpcourse.cli models --arch wan --nproc 3 --method ring --compare --json
+
+Every rank calls the model exactly as one process would, with the full inputs, and gets the full
+output. Five torch hooks and one attention processor per attention module do the rest:
+
+    1. model pre-hook   reads the latent grid, splits the LATENT FRAMES over the ranks
+                        (tensor_split: uneven is fine, fewer frames than ranks is refused),
+                        slices per-token timesteps (Wan 2.2) and a passed-in rotary table
+                        (CogVideoX) to this rank's tokens
+    2. rotary hook      replaces the model's table by its shard's rows, at the shard's GLOBAL
+                        frame offset (Wan, HunyuanVideo: `cpcourse.models.rotary`)
+    3. first-block hook splits the video tokens, after patch embedding: the patchify and the
+                        text/time embeddings ran on the full input and are the same everywhere
+    4. processors       the softmax over the whole video (`cpcourse.models.processors`)
+    5. proj_out hook    all-gathers the tokens again (padded: shards may differ by a frame),
+                        so the model's own unpatchify sees the whole video
+Text tokens are never split: cross-attention (Wan) reads the replicated text locally, joined text
+(HunyuanVideo, CogVideoX) enters the softmax once. With `shard_io=True` the model instead takes
+and returns this rank's frames only (`shard_latents`, `gather_latents`): hooks 3 and 5 are off
+and a sampler gathers once, at the end.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.dist import (
+    DEFAULT_TIMEOUT_S,
+    ENV_TIMEOUT,
+    all_gather_single,
+    comm_device,
+    require_group,
+    shard_offsets,
+    shard_sizes,
+)
+from cpcourse.models.processors import PROCESSORS, cp_attention_modules
+from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
+from cpcourse.models.tiny import arch_of
+from cpcourse.ring import MODES as RING_MODES
+from cpcourse.support.errors import InputError, require
+
+METHODS = ("ring", "ulysses", "usp", "allgather")
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+@dataclass
+class CPState:
+    """What the hooks and processors share: groups, the method, this forward's split."""
+    method: str
+    group: object
+    rank: int
+    world: int
+    ulysses: int = 1  # ranks per Ulysses group (usp / ulysses)
+    ring: int = 1  # Ulysses groups the ring runs across
+    u_group: object = None
+    u_rank: int = 0
+    ring_group: object = None
+    ring_rank: int = 0
+    ring_mode: str = "overlap"
+    shard_io: bool = False
+    handles: list = field(default_factory=list)
+    # set by the model pre-hook for each forward
+    frame_sizes: list = field(default_factory=list)  # latent frames (after patchify) per rank
+    per_frame: int = 0  # tokens per latent frame
+    lens: list = field(default_factory=list)  # video tokens per rank
+    tok0: int = 0  # this rank's first token
+    u_lens: list = field(default_factory=list)  # video tokens of my Ulysses group's ranks
+
+    @property
+    def f0(self) -> int:
+        return shard_offsets(self.frame_sizes)[self.rank]
+
+
+def _timeout() -> timedelta:
+    return timedelta(seconds=float(os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S))
+
+
+def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
+    """Ulysses groups of neighbouring ranks, ring groups across them (usp builds both)."""
+    if cp.method == "ulysses":
+        ulysses = cp.world
+    elif cp.method == "usp":
+        if ulysses is None:  # the largest head split that fits: Ulysses is cheaper inside a node
+            ulysses = max(d for d in _divisors(cp.world) if heads % d == 0)
+        require(isinstance(ulysses, int) and ulysses >= 1 and cp.world % ulysses == 0,
+                f"usp needs a Ulysses degree that divides the {cp.world} ranks: choose one of "
+                f"{', '.join(map(str, _divisors(cp.world)))}, got {ulysses!r}")
+    else:
+        ulysses = 1
+    if heads % ulysses:
+        works = [d for d in _divisors(heads) if d <= cp.world and cp.world % d == 0]
+        raise InputError(
+            f"Ulysses splits the model's {heads} heads over {ulysses} ranks, which does not divide"
+            f" them: Ulysses degrees that work here are {', '.join(map(str, works))} (method="
+            f"'usp' with ulysses=one of those on {cp.world} ranks); method='ring' has no such "
+            "limit")
+    cp.ulysses, cp.ring = ulysses, cp.world // ulysses
+    cp.u_rank, cp.ring_rank = cp.rank % ulysses, cp.rank // ulysses
+    if cp.method in ("ring", "allgather"):
+        cp.ring_group, cp.ring, cp.ulysses, cp.ring_rank, cp.u_rank = cp.group, cp.world, 1, \
+            cp.rank, 0
+        return
+    if cp.ring == 1:
+        cp.u_group = cp.group
+        return
+    require(cp.group is None or dist.get_world_size(cp.group) == dist.get_world_size(),
+            "usp with a ring builds its own subgroups of the whole world: pass group=None")
+    for g in range(cp.ring):  # every rank creates every group, in the same order
+        pg = dist.new_group(list(range(g * ulysses, (g + 1) * ulysses)), timeout=_timeout())
+        if g == cp.ring_rank:
+            cp.u_group = pg
+    for u in range(ulysses):
+        pg = dist.new_group(list(range(u, cp.world, ulysses)), timeout=_timeout())
+        if u == cp.u_rank:
+            cp.ring_group = pg
+
+
+def _latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
+    """(latent frames after patchify, rows, columns) of the token grid."""
+    name, cfg = type(model).__name__, model.config
+    require(isinstance(latents, torch.Tensor) and latents.dim() == 5,
+            f"{name} takes latents of 5 dims, got "
+            f"{tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents)}")
+    if name == "WanTransformer3DModel":
+        pt, ph, pw = cfg.patch_size
+        _, _, f, h, w = latents.shape
+    elif name == "HunyuanVideoTransformer3DModel":
+        pt, ph, pw = cfg.patch_size_t, cfg.patch_size, cfg.patch_size
+        _, _, f, h, w = latents.shape
+    else:  # CogVideoX: [B, F, C, H, W]
+        pt, ph, pw = cfg.patch_size_t or 1, cfg.patch_size, cfg.patch_size
+        _, f, _, h, w = latents.shape
+    require(f % pt == 0, f"{name} groups {pt} latent frames per patch: give a multiple of {pt}"
+            f" frames, got {f}")
+    return f // pt, h // ph, w // pw
+
+
+def _split(cp: CPState, frames_here: int, per_frame: int, device) -> None:
+    if cp.shard_io:  # each rank holds its own frames: learn the others' counts
+        got = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
+        all_gather_single(got, torch.tensor([frames_here], device=got.device), group=cp.group)
+        sizes = got.tolist()
+    else:
+        sizes = shard_sizes(frames_here, cp.world)
+    if min(sizes) < 1:
+        raise InputError(
+            f"CP over {cp.world} ranks splits the latent frames (after patchify), and there are "
+            f"only {sum(sizes)}: give at least {cp.world} latent frames, or use fewer ranks")
+    cp.frame_sizes, cp.per_frame = sizes, per_frame
+    cp.lens = [n * per_frame for n in sizes]
+    cp.tok0 = shard_offsets(cp.lens)[cp.rank]
+    g0 = cp.ring_rank * cp.ulysses
+    cp.u_lens = cp.lens[g0:g0 + cp.ulysses]
+
+
+def _pre_forward(cp: CPState):
+    def hook(model, args, kwargs):
+        params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
+        args, kwargs = list(args), dict(kwargs)
+
+        def get(name):
+            i = params.index(name)
+            return args[i] if i < len(args) else kwargs.get(name)
+
+        def put(name, value):
+            i = params.index(name)
+            if i < len(args):
+                args[i] = value
+            else:
+                kwargs[name] = value
+
+        latents = get("hidden_states")
+        frames, pph, ppw = _latent_grid(model, latents)
+        _split(cp, frames, pph * ppw, latents.device)
+        mine, total = cp.lens[cp.rank], sum(cp.lens)
+        t = get("timestep")
+        if isinstance(t, torch.Tensor) and t.dim() == 2:  # one timestep per token (Wan 2.2)
+            require(t.shape[1] in (total, mine), f"per-token timesteps must have one entry per"
+                    f" video token ({total}, or this rank's {mine}), got {t.shape[1]}")
+            if t.shape[1] == total and total != mine:
+                put("timestep", t.narrow(1, cp.tok0, mine))
+        rot = get("image_rotary_emb") if "image_rotary_emb" in params else None
+        if rot is not None:  # CogVideoX: the pipeline passes the whole video's table
+            n = rot[0].shape[0]
+            require(n in (total, mine), f"image_rotary_emb must have one row per video token "
+                    f"({total}, or this rank's {mine}), got {n}")
+            if n == total and total != mine:
+                put("image_rotary_emb", slice_tokens(rot, cp.tok0, mine, 0))
+        return tuple(args), kwargs
+    return hook
+
+
+def _rope_hook(cp: CPState, kind: str):
+    def hook(module, args, output):
+        f0, nf = cp.f0, cp.frame_sizes[cp.rank]
+        latents = args[0]
+        grid = latents.shape[-2] // (module.patch_size[1] if kind == "wan" else module.patch_size)
+        gw = latents.shape[-1] // (module.patch_size[2] if kind == "wan" else module.patch_size)
+        if kind == "wan":
+            cos, sin = wan_rope_shard(module, f0, nf, grid, gw)
+        else:
+            cos, sin = hunyuan_rope_shard(module, f0, nf, grid, gw, device=latents.device)
+        return cos.to(output[0].dtype), sin.to(output[1].dtype)
+    return hook
+
+
+def _split_tokens(cp: CPState):
+    def hook(module, args, kwargs):
+        if args:
+            x = args[0]
+            return (x.narrow(1, cp.tok0, cp.lens[cp.rank]),) + tuple(args[1:]), kwargs
+        x = kwargs["hidden_states"]
+        return args, {**kwargs, "hidden_states": x.narrow(1, cp.tok0, cp.lens[cp.rank])}
+    return hook
+
+
+def gather_tokens(x: torch.Tensor, lens: list[int], group=None) -> torch.Tensor:
+    """Every rank's tokens `[B, L_r, C]` -> `[B, L, C]` on each (padded all-gather, then trim)."""
+    most, world = max(lens), len(lens)
+    pad = x.new_zeros(x.shape[0], most, x.shape[2])
+    pad[:, :x.shape[1]] = x
+    buf = torch.empty(world * x.shape[0], most, x.shape[2], dtype=x.dtype,
+                      device=comm_device(group))
+    all_gather_single(buf, pad.to(buf.device), group=group)
+    buf = buf.view(world, x.shape[0], most, x.shape[2])
+    return torch.cat([buf[r, :, :n] for r, n in enumerate(lens)], dim=1).to(x.device)
+
+
+def _gather_hook(cp: CPState):
+    def hook(module, args, output):
+        return gather_tokens(output, cp.lens, cp.group)
+    return hook
+
+
+def parallelize(model, group=None, method: str = "ring", ulysses: int | None = None,
+                ring_mode: str = "overlap", shard_io: bool = False):
+    """Run `model` (a diffusers Wan / HunyuanVideo / CogVideoX transformer) under CP, in place.
+
+    Call on every rank of `group` (default: the world) after the process group is initialised.
+    method: "ring" | "ulysses" | "usp" (Ulysses inside groups of `ulysses` neighbouring ranks,
+    the ring across groups; default: the largest degree that divides the heads and the world) |
+    "allgather". ring_mode: the ring's "overlap" or "blocking". shard_io: the model takes and
+    returns this rank's latent frames (see `shard_latents`) instead of the whole video.
+    Returns the model; `unparallelize(model)` undoes it.
+    """
+    info = arch_of(model)
+    require(method in METHODS, f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    require(ring_mode in RING_MODES[:2], f"ring_mode must be 'overlap' or 'blocking', got "
+            f"{ring_mode!r} (method='allgather' is the all-gather variant)")
+    require(getattr(model, "_cpcourse", None) is None,
+            "this model is already parallelized: call unparallelize(model) first")
+    if info.id == "hunyuanvideo":
+        require(model.config.image_condition_type != "token_replace",
+                "HunyuanVideo's token-replace image conditioning treats the first frame's tokens"
+                " apart; cpcourse.models does not split it yet (use the text-to-video model)")
+    if shard_io and info.id == "cogvideox":
+        require(model.config.use_rotary_positional_embeddings,
+                "CogVideoX with sin-cos positions adds them inside its patch embedding, from "
+                "local frame numbers: use shard_io=False for it")
+    rank, world = require_group(group, "parallelize")
+    cp = CPState(method=method, group=group, rank=rank, world=world,
+                 ring_mode="allgather" if method == "allgather" else ring_mode,
+                 shard_io=bool(shard_io))
+    heads = cp_attention_modules(model)[0].heads
+    _groups(cp, heads, ulysses)
+    hooks = cp.handles
+    hooks.append(model.register_forward_pre_hook(_pre_forward(cp), with_kwargs=True))
+    if info.id in ("wan", "wan2.2", "hunyuanvideo"):
+        hooks.append(model.rope.register_forward_hook(
+            _rope_hook(cp, "wan" if info.id.startswith("wan") else "hunyuan")))
+    if not shard_io:
+        first = {"WanTransformer3DModel": lambda m: m.blocks[0],
+                 "HunyuanVideoTransformer3DModel": lambda m: (m.transformer_blocks or
+                                                              m.single_transformer_blocks)[0],
+                 "CogVideoXTransformer3DModel": lambda m: m.transformer_blocks[0]}[info.cls]
+        hooks.append(first(model).register_forward_pre_hook(_split_tokens(cp), with_kwargs=True))
+        hooks.append(model.proj_out.register_forward_hook(_gather_hook(cp)))
+    cls = PROCESSORS[info.cls]
+    for attn in cp_attention_modules(model):
+        attn.set_processor(cls(cp, attn.processor))
+    model._cpcourse = cp
+    return model
+
+
+def unparallelize(model):
+    """Undo `parallelize`: hooks removed, the model's own processors back. Returns the model."""
+    cp = getattr(model, "_cpcourse", None)
+    require(cp is not None, "this model is not parallelized")
+    for h in cp.handles:
+        h.remove()
+    for attn in cp_attention_modules(model):
+        attn.set_processor(attn.processor.original)
+    model._cpcourse = None
+    return model
+
+
+def cp_state(model) -> CPState | None:
+    return getattr(model, "_cpcourse", None)
+
+
+def _frame_dim(model) -> int:
+    return 1 if type(model).__name__ == "CogVideoXTransformer3DModel" else 2
+
+
+def shard_latents(model, latents: torch.Tensor) -> torch.Tensor:
+    """This rank's latent frames of the whole `latents` (what a shard_io model takes)."""
+    cp = cp_state(model)
+    require(cp is not None, "shard_latents needs a parallelized model")
+    dim = _frame_dim(model)
+    frames, _, _ = _latent_grid(model, latents)
+    sizes = shard_sizes(frames, cp.world)
+    require(min(sizes) >= 1, f"only {frames} latent frames for {cp.world} ranks")
+    pt = latents.shape[dim] // frames
+    start = shard_offsets(sizes)[cp.rank] * pt
+    return latents.narrow(dim, start, sizes[cp.rank] * pt).contiguous()
+
+
+def gather_latents(model, shard: torch.Tensor) -> torch.Tensor:
+    """Every rank's latent frames -> the whole latents on each (inverse of shard_latents)."""
+    cp = cp_state(model)
+    require(cp is not None, "gather_latents needs a parallelized model")
+    dim = _frame_dim(model)
+    moved = shard.movedim(dim, 1)  # [B, F_r, ...]
+    flat = moved.reshape(moved.shape[0], moved.shape[1], -1)
+    sizes = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
+    all_gather_single(sizes, torch.tensor([flat.shape[1]], device=sizes.device), group=cp.group)
+    whole = gather_tokens(flat, sizes.tolist(), cp.group)
+    return whole.reshape(moved.shape[0], whole.shape[1], *moved.shape[2:]).movedim(1, dim)

@@ -1,0 +1,223 @@
+"""Real diffusers video transformers built tiny, random weights (no download), and their inputs.
+
+    python -c "from cpcourse.models import build; print(build('wan'))"
+
+`build(arch, tiny=True, seed=0)` returns the architecture's own diffusers class with a small
+config: the same code, blocks and attention processors as the released checkpoints, only narrow
+and shallow, so it runs on a CPU in milliseconds. `from_pretrained(arch, path_or_id)` loads
+real weights through the same class (the path a GPU box takes). `example_inputs` gives seeded
+full inputs of the shape each forward expects.
+
+Arch ids: "wan" (Wan 2.1, one timestep per sample), "wan2.2" (Wan 2.2 TI2V: one timestep per
+token), "hunyuanvideo" (dual- and single-stream blocks, text joined into self-attention,
+guidance-distilled), "cogvideox" (text joined in front of the video, rotary positions passed in).
+The tiny models have 12 heads, like Wan 2.1 1.3B, so Ulysses works on 1, 2, 3, 4 and 6 ranks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from cpcourse.support.errors import InputError, require
+
+
+@dataclass(frozen=True)
+class Arch:
+    id: str
+    cls: str  # the diffusers class name
+    layout: str  # "BCFHW" or "BFCHW": how the latents are laid out
+    tiny: dict  # the tiny config
+    real: str  # a hub id with real weights (documentation only: never downloaded here)
+    per_token_timestep: bool = False
+    text_joined: bool = False  # text tokens are part of self-attention (counted once under CP)
+    guidance_distilled: bool = False  # guidance is an embedding: one forward per step, no CFG pair
+
+
+ARCHS = {a.id: a for a in (
+    Arch("wan", "WanTransformer3DModel", "BCFHW",
+         dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=8, in_channels=4,
+              out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2,
+              cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=64),
+         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
+    Arch("wan2.2", "WanTransformer3DModel", "BCFHW",
+         dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=8, in_channels=4,
+              out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2,
+              cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=64),
+         "Wan-AI/Wan2.2-TI2V-5B-Diffusers", per_token_timestep=True),
+    Arch("hunyuanvideo", "HunyuanVideoTransformer3DModel", "BCFHW",
+         dict(in_channels=4, out_channels=4, num_attention_heads=12, attention_head_dim=8,
+              num_layers=1, num_single_layers=1, num_refiner_layers=1, patch_size=2,
+              patch_size_t=1, guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
+              rope_axes_dim=(4, 2, 2)),
+         "hunyuanvideo-community/HunyuanVideo", text_joined=True, guidance_distilled=True),
+    Arch("cogvideox", "CogVideoXTransformer3DModel", "BFCHW",
+         dict(num_attention_heads=12, attention_head_dim=16, in_channels=4, out_channels=4,
+              time_embed_dim=8, text_embed_dim=16, num_layers=2, sample_width=8, sample_height=8,
+              sample_frames=9, patch_size=2, temporal_compression_ratio=4,
+              max_text_seq_length=7, use_rotary_positional_embeddings=True),
+         "THUDM/CogVideoX-5b", text_joined=True),
+)}
+CLASSES = {a.cls for a in ARCHS.values()}
+TEXT_TOKENS = 7  # odd on purpose; CogVideoX's tiny config fixes its text length to this
+
+
+def arch_info(arch: str) -> Arch:
+    require(isinstance(arch, str) and arch in ARCHS,
+            f"unknown arch {arch!r}: choose one of {', '.join(ARCHS)}")
+    return ARCHS[arch]
+
+
+def _diffusers():
+    try:
+        import diffusers
+    except ImportError as exc:  # a clear line instead of a traceback from the model code
+        raise InputError("cpcourse.models needs diffusers: pip install 'diffusers==0.42.1' "
+                         "(or `make setup`, which installs it)") from exc
+    return diffusers
+
+
+def build(arch: str, tiny: bool = True, seed: int = 0, dtype=torch.float32, **overrides):
+    """The tiny `arch` with weights drawn from `torch.manual_seed(seed)`, in eval mode.
+
+    Same seed, same weights, on every rank and in every process: that is what lets a CP run be
+    compared with one process. `overrides` change config entries (e.g. `num_layers=1`).
+    """
+    info = arch_info(arch)
+    require(tiny, "build(..., tiny=False) would need real weights: use "
+            f"from_pretrained({arch!r}, path_or_hub_id) (e.g. {info.real!r})")
+    unknown = sorted(set(overrides) - set(info.tiny))
+    require(not unknown, f"{arch} has no config entries {unknown}; it has {sorted(info.tiny)}")
+    cls = getattr(_diffusers(), info.cls)
+    state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = cls(**{**info.tiny, **overrides})
+    finally:
+        torch.random.set_rng_state(state)  # building a model must not move the caller's seed
+    return cast(model, dtype).eval()
+
+
+def cast(model, dtype):
+    """Cast to `dtype` as `from_pretrained(torch_dtype=...)` does: the model's
+    `_keep_in_fp32_modules` (Wan: rope tables, time embedder, norms) keep their precision."""
+    require(dtype in (torch.float32, torch.float64, torch.bfloat16, torch.float16),
+            f"dtype must be float32, float64, bfloat16 or float16, got {dtype}")
+    keep = () if dtype == torch.float64 else tuple(getattr(model, "_keep_in_fp32_modules", None)
+                                                   or ())
+    tensors = [*model.named_parameters(), *model.named_buffers()]
+    for name, t in tensors:
+        if t.is_floating_point() and not any(k in name.split(".") for k in keep):
+            t.data = t.data.to(dtype)
+    return model
+
+
+def from_pretrained(arch: str, path_or_id: str, dtype=torch.bfloat16, subfolder="transformer"):
+    """Real weights: `<Class>.from_pretrained(path_or_id, subfolder=..., torch_dtype=dtype)`.
+
+    The same class as `build`, so `parallelize` treats it the same way. Downloads when given a
+    hub id (never called by the tests).
+    """
+    info = arch_info(arch)
+    cls = getattr(_diffusers(), info.cls)
+    return cls.from_pretrained(path_or_id, subfolder=subfolder, torch_dtype=dtype).eval()
+
+
+def arch_of(model) -> Arch:
+    """The Arch a diffusers model belongs to (Wan 2.1 and 2.2 share a class: "wan")."""
+    name = type(model).__name__
+    for info in ARCHS.values():
+        if info.cls == name:
+            return info
+    raise InputError(f"cpcourse.models supports {', '.join(sorted(CLASSES))}; got {name} "
+                     "(add its split points and attention processor to cpcourse.models first)")
+
+
+def latent_shape(arch: str, frames: int, height: int, width: int, batch: int = 1) -> tuple:
+    """The latents' shape: `[B, C, F, H, W]` (Wan, HunyuanVideo), `[B, F, C, H, W]` (CogVideoX)."""
+    info = arch_info(arch)
+    c = info.tiny["in_channels"]
+    return (batch, c, frames, height, width) if info.layout == "BCFHW" else (
+        batch, frames, c, height, width)
+
+
+def tokens(arch: str, frames: int, height: int, width: int) -> tuple[int, int]:
+    """(video tokens, tokens per latent frame) of the tiny `arch` at this latent size."""
+    cfg = arch_info(arch).tiny
+    p = cfg["patch_size"]
+    ph, pw = (p[1], p[2]) if isinstance(p, tuple) else (p, p)
+    pt = p[0] if isinstance(p, tuple) else (cfg.get("patch_size_t") or 1)
+    per_frame = (height // ph) * (width // pw)
+    return (frames // pt) * per_frame, per_frame
+
+
+def check_size(arch: str, frames: int, height: int, width: int) -> None:
+    cfg = arch_info(arch).tiny
+    p = cfg["patch_size"]
+    ph = p[1] if isinstance(p, tuple) else p
+    for name, n in (("frames", frames), ("height", height), ("width", width)):
+        require(isinstance(n, int) and n >= 1, f"{name} must be a whole number >= 1, got {n!r}")
+    require(height % ph == 0 and width % ph == 0,
+            f"{arch} cuts latents into {ph} x {ph} patches: height and width must be multiples "
+            f"of {ph}, got {height} x {width}")
+    if arch == "cogvideox":
+        require(height <= cfg["sample_height"] and width <= cfg["sample_width"],
+                f"the tiny cogvideox's rotary grid covers at most {cfg['sample_height']} x "
+                f"{cfg['sample_width']} latent pixels, got {height} x {width}")
+
+
+def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, batch: int = 1,
+                   seed: int = 0, dtype=torch.float32, t: float = 500.0,
+                   random_timesteps: bool = True) -> dict:
+    """Seeded full inputs for one forward of the tiny `arch`, as keyword arguments.
+
+    Wan 2.2 gets one timestep per token (random when `random_timesteps`, so that slicing them
+    wrongly shows); HunyuanVideo a text mask whose last 2 to 4 tokens are padding; CogVideoX its
+    rotary table, which the pipeline computes and passes in.
+    """
+    info = arch_info(arch)
+    check_size(arch, frames, height, width)
+    gen = torch.Generator().manual_seed(seed)
+    rand = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64).to(dtype)  # noqa: E731
+    cfg = info.tiny
+    n_tok, _ = tokens(arch, frames, height, width)
+    kw = {"hidden_states": rand(*latent_shape(arch, frames, height, width, batch))}
+    text_dim = cfg.get("text_dim") or cfg["text_embed_dim"]
+    kw["encoder_hidden_states"] = rand(batch, TEXT_TOKENS, text_dim)
+    if info.per_token_timestep:
+        kw["timestep"] = (torch.rand(batch, n_tok, generator=gen, dtype=torch.float64) * 1000
+                          if random_timesteps else torch.full((batch, n_tok), t,
+                                                              dtype=torch.float64)).to(dtype)
+    else:
+        kw["timestep"] = torch.full((batch,), t, dtype=dtype)
+    if arch == "hunyuanvideo":
+        mask = torch.ones(batch, TEXT_TOKENS, dtype=torch.bool)
+        for i in range(batch):  # padding of different lengths per sample (2, 3, 4, 2, ...)
+            mask[i, TEXT_TOKENS - 2 - i % 3:] = False
+        kw["encoder_attention_mask"] = mask
+        kw["pooled_projections"] = rand(batch, cfg["pooled_projection_dim"])
+        kw["guidance"] = torch.full((batch,), 6000.0, dtype=dtype)
+    if arch == "cogvideox":
+        kw["image_rotary_emb"] = cogvideox_rotary(frames, height, width)
+    return kw
+
+
+def cogvideox_rotary(frames: int, height: int, width: int, head_dim: int | None = None):
+    """The rotary table CogVideoX's pipeline passes in: (cos, sin), each `[F * h * w, D]`."""
+    from diffusers.models.embeddings import get_3d_rotary_pos_embed
+
+    cfg = ARCHS["cogvideox"].tiny
+    p = cfg["patch_size"]
+    grid = (height // p, width // p)
+    # The pipeline fits the grid inside the base grid (aspect kept) and centres it; its helper
+    # lives in a module that imports transformers, so the few lines are here.
+    base_h, base_w = cfg["sample_height"] // p, cfg["sample_width"] // p
+    if grid[0] / grid[1] > base_h / base_w:
+        rh, rw = base_h, int(round(base_h / grid[0] * grid[1]))
+    else:
+        rh, rw = int(round(base_w / grid[1] * grid[0])), base_w
+    top, left = int(round((base_h - rh) / 2.0)), int(round((base_w - rw) / 2.0))
+    crops = ((top, left), (top + rh, left + rw))
+    return get_3d_rotary_pos_embed(embed_dim=head_dim or cfg["attention_head_dim"],
+                                   crops_coords=crops, grid_size=grid, temporal_size=frames)

@@ -1,0 +1,83 @@
+# Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
+# stub-sha256: bec29052d9c2f7d6 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
+
+    python -m pytest tests/graded --ex 08.1 --impl exercises
+
+Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
+(`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
+function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
+keys into a ring exactly once (`cpcourse.models.attention`). Layouts: diffusers keeps q/k/v as
+`[B, L, H, D]` inside its processors; cpcourse's attention functions take `[B, H, L, D]`.
+Check yours in the notebook with `cpcourse.check("08.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
+    """Wan's rotary (cos, sin), each `[1, nf * pph * ppw, 1, D]`, for latent frames f0 .. f0+nf-1.
+
+    `rope` is a `WanRotaryPosEmbed`: `rope.freqs_cos` and `rope.freqs_sin` are `[max_seq_len, D]`
+    tables whose channels are three parts side by side, widths `rope.t_dim`, `rope.h_dim`,
+    `rope.w_dim` (frame, row, column); row i of a part is position i on that axis. Token order is
+    (frame, row, column). Must equal rows f0 * pph * ppw .. of the whole video's table
+    (`rope(latents)`), without building that table.
+    """
+    # Exercise 08.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 08.1 wan_rope_shard: read notebook 08, \"The rotary table of a "
+        "shard\". Hint: a token's channels are [frame part row part column part]; the "
+        "row and column parts do not care which rank holds the frame, only the frame "
+        "part does. Split each table into its three parts, take the frame part's rows "
+        "f0 .. f0 + nf - 1 (not 0 .. nf - 1), the first pph rows of the row part and "
+        "ppw of the column part, broadcast them over the (frame, row, column) grid "
+        "and concatenate along channels. (2 more: cpcourse.hint(\"08.1\"))"
+    )
+
+
+def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
+    """Wan's video self-attention (a block's `attn1`) with the softmax done by `attend`.
+
+    attn: the block's `WanAttention` (`to_q`, `to_k`, `to_v`, `norm_q`, `norm_k`, `heads`,
+    `to_out`); hidden_states `[B, L_r, C]` (this rank's tokens); rotary_emb: the shard's
+    (cos, sin), each `[1, L_r, 1, D]` with every angle stored twice (channels 2i and 2i+1).
+    attend(q, k, v) takes and returns `[B, H, L_r, D]` (a ring or Ulysses in a real run).
+    Steps, as diffusers' WanAttnProcessor: project q, k, v; RMS-norm q and k (across heads);
+    split heads -> `[B, L_r, H, D]`; rotate q and k: for each channel pair (x1, x2) = (2i, 2i+1)
+    with c = cos[..., 2i] and s = sin[..., 2i + 1], out = (x1 c - x2 s, x1 s + x2 c); attend;
+    merge heads -> `[B, L_r, C]`; `to_out[0]` then `to_out[1]`. Returns `[B, L_r, C]`.
+    """
+    # Exercise 08.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 08.2 wan_cp_self_attention: read notebook 08, \"The attention "
+        "processor\". Hint: everything but the softmax works token by token, so it "
+        "runs on the shard exactly as Wan runs it on the whole video: keep diffusers' "
+        "order (project, norm, split heads, rotate) and only hand the softmax to "
+        "`attend`, in the layout it wants. Check where the heads axis is before and "
+        "after the call. (2 more: cpcourse.hint(\"08.2\"))"
+    )
+
+
+def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
+    """This rank's ring block of keys and values when text is joined into self-attention.
+
+    k, v `[B, H, L_r, D]`: this rank's video keys and values; text_k, text_v `[B, H, N, D]`: the
+    whole text's, the same on every rank. The ring shows every rank's block to every query, so
+    over all ranks the blocks must hold each video key once and each text key ONCE. Convention:
+    the last rank (world - 1) carries the text behind its video keys; the others carry none.
+    Returns (k_block, v_block), each `[B, H, L_r + N or L_r, D]`.
+    """
+    # Exercise 08.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 08.3 joined_text_kv: read notebook 08, \"Joined text, counted once\". "
+        "Hint: picture the union of all ranks' blocks, which is what every query's "
+        "softmax runs over: the video keys appear once because each rank holds "
+        "different ones; the text is the same on every rank, so if each appended it, "
+        "the union would hold it `world` times and the text would get `world` times "
+        "its softmax weight. Let exactly one rank append it. (2 more: "
+        "cpcourse.hint(\"08.3\"))"
+    )

@@ -1,0 +1,116 @@
+"""Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
+
+    python -m pytest tests/graded --ex 08.1 --impl exercises
+
+Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
+(`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
+function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
+keys into a ring exactly once (`cpcourse.models.attention`). Layouts: diffusers keeps q/k/v as
+`[B, L, H, D]` inside its processors; cpcourse's attention functions take `[B, H, L, D]`.
+Check yours in the notebook with `cpcourse.check("08.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
+    """Wan's rotary (cos, sin), each `[1, nf * pph * ppw, 1, D]`, for latent frames f0 .. f0+nf-1.
+
+    `rope` is a `WanRotaryPosEmbed`: `rope.freqs_cos` and `rope.freqs_sin` are `[max_seq_len, D]`
+    tables whose channels are three parts side by side, widths `rope.t_dim`, `rope.h_dim`,
+    `rope.w_dim` (frame, row, column); row i of a part is position i on that axis. Token order is
+    (frame, row, column). Must equal rows f0 * pph * ppw .. of the whole video's table
+    (`rope(latents)`), without building that table.
+    """
+    # BEGIN SOLUTION 08.1 | notebook 08, "The rotary table of a shard"
+    # | hint: a token's channels are [frame part | row part | column part]; the row and column
+    # | parts do not care which rank holds the frame, only the frame part does. Split each table
+    # | into its three parts, take the frame part's rows f0 .. f0 + nf - 1 (not 0 .. nf - 1), the
+    # | first pph rows of the row part and ppw of the column part, broadcast them over the
+    # | (frame, row, column) grid and concatenate along channels.
+    # | hint2: frames 5 on 2 ranks: rank 1 holds frames 3 and 4, so f0 = 3 and its first token is
+    # | row 3 * pph * ppw of the whole table. With pph = ppw = 4, token j of the shard is frame
+    # | 3 + j // 16, row (j // 4) % 4, column j % 4. The notebook's bug cell shows the error when
+    # | the frame part starts at 0.
+    # | hint3: t, h, w = table.split([rope.t_dim, rope.h_dim, rope.w_dim], dim=1); grid =
+    # | torch.cat([t[f0:f0 + nf].view(nf, 1, 1, -1).expand(nf, pph, ppw, -1), h[:pph].view(1, pph,
+    # | 1, -1).expand(nf, pph, ppw, -1), w[:ppw].view(1, 1, ppw, -1).expand(nf, pph, ppw, -1)],
+    # | dim=-1).reshape(1, nf * pph * ppw, 1, -1), for each of freqs_cos and freqs_sin.
+    out = []
+    for table in (rope.freqs_cos, rope.freqs_sin):
+        t, h, w = table.split([rope.t_dim, rope.h_dim, rope.w_dim], dim=1)
+        grid = torch.cat([t[f0:f0 + nf].view(nf, 1, 1, -1).expand(nf, pph, ppw, -1),
+                          h[:pph].view(1, pph, 1, -1).expand(nf, pph, ppw, -1),
+                          w[:ppw].view(1, 1, ppw, -1).expand(nf, pph, ppw, -1)], dim=-1)
+        out.append(grid.reshape(1, nf * pph * ppw, 1, -1))
+    return out[0], out[1]
+    # END SOLUTION
+
+
+def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
+    """Wan's video self-attention (a block's `attn1`) with the softmax done by `attend`.
+
+    attn: the block's `WanAttention` (`to_q`, `to_k`, `to_v`, `norm_q`, `norm_k`, `heads`,
+    `to_out`); hidden_states `[B, L_r, C]` (this rank's tokens); rotary_emb: the shard's
+    (cos, sin), each `[1, L_r, 1, D]` with every angle stored twice (channels 2i and 2i+1).
+    attend(q, k, v) takes and returns `[B, H, L_r, D]` (a ring or Ulysses in a real run).
+    Steps, as diffusers' WanAttnProcessor: project q, k, v; RMS-norm q and k (across heads);
+    split heads -> `[B, L_r, H, D]`; rotate q and k: for each channel pair (x1, x2) = (2i, 2i+1)
+    with c = cos[..., 2i] and s = sin[..., 2i + 1], out = (x1 c - x2 s, x1 s + x2 c); attend;
+    merge heads -> `[B, L_r, C]`; `to_out[0]` then `to_out[1]`. Returns `[B, L_r, C]`.
+    """
+    # BEGIN SOLUTION 08.2 | notebook 08, "The attention processor"
+    # | hint: everything but the softmax works token by token, so it runs on the shard exactly as
+    # | Wan runs it on the whole video: keep diffusers' order (project, norm, split heads, rotate)
+    # | and only hand the softmax to `attend`, in the layout it wants. Check where the heads axis
+    # | is before and after the call.
+    # | hint2: hidden_states [1, 40, 96] with 12 heads: q after to_q and norm_q is [1, 40, 96];
+    # | unflatten(2, (12, -1)) gives [1, 40, 12, 8]; attend wants [1, 12, 40, 8] (transpose(1, 2))
+    # | and returns the same; transpose back, flatten(2, 3) to [1, 40, 96], then to_out.
+    # | hint3: x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1); c, s = cos[..., 0::2], sin[..., 1::2];
+    # | out = torch.empty_like(x); out[..., 0::2] = x1 * c - x2 * s; out[..., 1::2] = x1 * s + x2
+    # | * c; then o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).
+    def rotate(x, cos, sin):
+        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+        c, s = cos[..., 0::2], sin[..., 1::2]
+        out = torch.empty_like(x)
+        out[..., 0::2] = x1 * c - x2 * s
+        out[..., 1::2] = x1 * s + x2 * c
+        return out.type_as(x)
+
+    q = attn.norm_q(attn.to_q(hidden_states))
+    k = attn.norm_k(attn.to_k(hidden_states))
+    v = attn.to_v(hidden_states)
+    q, k, v = (t.unflatten(2, (attn.heads, -1)) for t in (q, k, v))
+    q, k = rotate(q, *rotary_emb), rotate(k, *rotary_emb)
+    o = attend(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2))
+    o = o.transpose(1, 2).flatten(2, 3).type_as(q)
+    return attn.to_out[1](attn.to_out[0](o))
+    # END SOLUTION
+
+
+def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
+    """This rank's ring block of keys and values when text is joined into self-attention.
+
+    k, v `[B, H, L_r, D]`: this rank's video keys and values; text_k, text_v `[B, H, N, D]`: the
+    whole text's, the same on every rank. The ring shows every rank's block to every query, so
+    over all ranks the blocks must hold each video key once and each text key ONCE. Convention:
+    the last rank (world - 1) carries the text behind its video keys; the others carry none.
+    Returns (k_block, v_block), each `[B, H, L_r + N or L_r, D]`.
+    """
+    # BEGIN SOLUTION 08.3 | notebook 08, "Joined text, counted once"
+    # | hint: picture the union of all ranks' blocks, which is what every query's softmax runs
+    # | over: the video keys appear once because each rank holds different ones; the text is the
+    # | same on every rank, so if each appended it, the union would hold it `world` times and the
+    # | text would get `world` times its softmax weight. Let exactly one rank append it.
+    # | hint2: world 3, N = 7 text tokens: ranks 0 and 1 return their video keys unchanged, rank 2
+    # | returns its video keys followed by the 7 text keys (dim 2). Over the 3 blocks the text
+    # | appears 7 times, not 21.
+    # | hint3: if rank == world - 1: return torch.cat([k, text_k], dim=2), torch.cat([v, text_v],
+    # | dim=2); otherwise return k, v.
+    if rank == world - 1:
+        return torch.cat([k, text_k], dim=2), torch.cat([v, text_v], dim=2)
+    return k, v
+    # END SOLUTION

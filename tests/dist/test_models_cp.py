@@ -1,0 +1,102 @@
+"""Real diffusers video transformers under CP equal one process: every arch x method, P = 1 .. 4.
+
+    python -m pytest tests/dist/test_models_cp.py -q
+
+One launch per world size runs every case on the ranks (`run_cases`); the references are the
+unparallelised models, built from the same seeds in this process. Latent frames are 5 (and 6),
+so P = 2, 3, 4 split them unevenly. The tiny models have 12 heads: Ulysses runs on 1 .. 4.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cpcourse.launch import launch
+from cpcourse.models.compare import reference, tolerance
+
+pytest.importorskip("diffusers")
+pytestmark = pytest.mark.dist
+
+ARCHS = ("wan", "wan2.2", "hunyuanvideo", "cogvideox")
+METHODS = ("ring", "ulysses", "usp", "allgather")
+
+
+def cases(world: int) -> list[dict]:
+    out = [{"arch": a, "method": m, "frames": 5 if a != "hunyuanvideo" else 6}
+           for a in ARCHS for m in METHODS]
+    if world == 4:  # usp as 2 x 2, the ring on the Ulysses groups
+        out += [{"arch": a, "method": "usp", "ulysses": 2, "frames": 5} for a in ARCHS]
+    if world in (2, 3):
+        out += [{"arch": "wan", "method": "ring", "ring_mode": "blocking"},
+                {"arch": "wan", "method": "ring", "shard_io": True},
+                {"arch": "hunyuanvideo", "method": "ulysses" if world == 2 else "ring",
+                 "shard_io": True, "batch": 3},  # padding lengths differ per sample
+                {"arch": "wan", "method": "ring", "dtype": "bfloat16"},
+                {"arch": "cogvideox", "method": "ulysses", "dtype": "bfloat16"}]
+    # the sampler: the model's own scheduler with CFG, a few steps, same latents at every P
+    out += [{"arch": "wan", "method": "ring", "sample_steps": 3},
+            {"arch": "wan2.2", "method": "ulysses", "sample_steps": 3, "shard_io": True},
+            {"arch": "hunyuanvideo", "method": "usp", "sample_steps": 3},
+            {"arch": "cogvideox", "method": "ring", "sample_steps": 3}]
+    return out
+
+
+def run_cases(specs: list[dict]) -> list:
+    """On every rank: each case's output, or the InputError's message for a refusal."""
+    from cpcourse.models import parallel
+    from cpcourse.models.compare import rank_forward
+    from cpcourse.support.errors import InputError
+
+    results = []
+    for spec in specs:
+        if spec.get("bug") == "rope_offset":  # every rank numbers its frames from 0
+            real = parallel.wan_rope_shard
+            parallel.wan_rope_shard = lambda rope, f0, nf, h, w, real=real: real(rope, 0, nf, h, w)
+        try:
+            results.append(rank_forward(spec)["out"])
+        except InputError as exc:
+            results.append(str(exc))
+        finally:
+            if spec.get("bug"):
+                parallel.wan_rope_shard = real
+    return results
+
+
+def _check(world: int, specs: list[dict]) -> None:
+    per_rank = launch("tests/dist/test_models_cp.py:run_cases", world, args=(specs,),
+                      timeout=240, stream=False)
+    for i, spec in enumerate(specs):
+        want, _ = reference(spec)
+        tol = tolerance(spec["method"], spec.get("dtype", "float32"),
+                        bool(spec.get("sample_steps")))
+        for rank, outs in enumerate(per_rank):
+            got = outs[i]
+            assert isinstance(got, torch.Tensor), f"{spec} on rank {rank} refused: {got}"
+            err = float((got.double() - want.double()).abs().max())
+            assert err <= tol, f"{spec}, rank {rank} of {world}: max |CP - one process| = " \
+                               f"{err:.2e} > {tol:.0e}"
+        assert all(torch.equal(per_rank[0][i], r[i]) for r in per_rank), \
+            f"{spec}: the ranks' outputs differ"
+
+
+@pytest.mark.parametrize("world", [1, 2, 3, 4])
+def test_every_arch_and_method_equals_one_process(world):
+    _check(world, cases(world))
+
+
+def test_refusals_and_the_rope_offset_bug():
+    specs = [{"arch": "wan", "method": "ulysses", "config": {"num_attention_heads": 4}},
+             {"arch": "hunyuanvideo", "method": "usp", "ulysses": 2},
+             {"arch": "wan", "method": "ring", "frames": 2},
+             {"arch": "wan", "method": "ring", "bug": "rope_offset"}]
+    per_rank = launch("tests/dist/test_models_cp.py:run_cases", 3, args=(specs,), timeout=240,
+                      stream=False)
+    for outs in per_rank:
+        assert "4 heads" in outs[0] and "1" in outs[0] and "ring" in outs[0], outs[0]
+        assert "divides the 3 ranks" in outs[1], outs[1]
+        assert "at least 3 latent frames" in outs[2], outs[2]
+    want, _ = reference(specs[3])
+    err = float((per_rank[0][3] - want).abs().max())
+    # no error is raised: the video is just wrong, by far more than any rounding
+    assert err > 1e3 * tolerance("ring"), f"forgetting the rotary offset moved the output by {err}"

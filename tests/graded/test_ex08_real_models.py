@@ -1,0 +1,102 @@
+"""Graded tests of notebook 08: the pieces of CP inside diffusers' Wan, checked in one process.
+
+    python -m pytest tests/graded --ex 08.1 --impl solutions
+
+Each test builds the real `WanTransformer3DModel` (tiny, seeded) and compares the learner's
+piece against what the unparallelised model computes: the rotary rows of every shard against
+the whole table, the self-attention against diffusers' own processor inside a full forward, and
+the joined-text blocks against one joint softmax.
+"""
+
+import pytest
+import torch
+
+from cpcourse.attention import attention_with_lse, reference_attention
+from cpcourse.course.testing import assert_close
+from cpcourse.dist import shard_offsets, shard_sizes
+from cpcourse.models import build, example_inputs
+
+pytest.importorskip("diffusers")
+
+
+@pytest.mark.ex("08.1")
+def test_wan_rope_shard_matches_the_whole_table(impl):
+    mod = impl("ex08_real_models")
+    model = build("wan")
+    for frames, height, width, world in ((5, 8, 8, 2), (7, 8, 12, 3), (4, 6, 4, 4), (9, 4, 8, 4)):
+        latents = torch.zeros(1, 4, frames, height, width)
+        cos, sin = model.rope(latents)
+        pph, ppw, per = height // 2, width // 2, (height // 2) * (width // 2)
+        sizes = shard_sizes(frames, world)
+        for rank, (f0, nf) in enumerate(zip(shard_offsets(sizes), sizes, strict=True)):
+            got = mod.wan_rope_shard(model.rope, f0, nf, pph, ppw)
+            for name, g, whole in (("cos", got[0], cos), ("sin", got[1], sin)):
+                assert_close(g, whole[:, f0 * per:(f0 + nf) * per], atol=0, rtol=0,
+                             dims=("1", "L_r", "1", "D"),
+                             name=f"{name} of rank {rank} of {world}, {frames} frames",
+                             hint="the frame part starts at global frame f0; rows and columns "
+                                  "do not depend on the rank")
+
+
+def _forward_with(model, inputs, attention):
+    """The whole model with every attn1 replaced by `attention(attn, x, rotary_emb)`."""
+    class Proc:
+        def __call__(self, attn, hidden_states, encoder_hidden_states=None,
+                     attention_mask=None, rotary_emb=None):
+            return attention(attn, hidden_states, rotary_emb)
+
+    originals = [blk.attn1.processor for blk in model.blocks]
+    try:
+        for blk in model.blocks:
+            blk.attn1.set_processor(Proc())
+        with torch.no_grad():
+            return model(**inputs, return_dict=False)[0]
+    finally:
+        for blk, p in zip(model.blocks, originals, strict=True):
+            blk.attn1.set_processor(p)
+
+
+@pytest.mark.ex("08.2")
+def test_wan_cp_self_attention_equals_diffusers_processor(impl):
+    mod = impl("ex08_real_models")
+    model = build("wan", seed=3)
+    inputs = example_inputs("wan", frames=3, height=8, width=8, seed=4)
+    with torch.no_grad():
+        want = model(**inputs, return_dict=False)[0]
+    seen = []
+
+    def attend(q, k, v):
+        seen.append(tuple(q.shape))
+        return attention_with_lse(q, k, v)[0]
+
+    got = _forward_with(model, inputs, lambda a, x, r: mod.wan_cp_self_attention(a, x, r, attend))
+    assert seen and seen[0] == (1, 12, 48, 8), (
+        f"attend must get q as [B, H, L, D] = (1, 12, 48, 8), got {seen[:1]}")
+    assert_close(got, want, atol=1e-6, rtol=1e-6, dims=("B", "C", "F", "H", "W"),
+                 name="Wan's output with your attn1",
+                 hint="project, norm q and k, split heads, rotate, attend in [B, H, L, D], "
+                      "merge heads, to_out")
+
+
+@pytest.mark.ex("08.3")
+def test_joined_text_counted_once(impl):
+    mod = impl("ex08_real_models")
+    gen = torch.Generator().manual_seed(0)
+    r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
+    for world, length, n_text in ((1, 5, 3), (2, 9, 4), (3, 7, 7), (4, 13, 2)):
+        q, k, v = r(1, 2, length, 8), r(1, 2, length, 8), r(1, 2, length, 8)
+        tq, tk, tv = r(1, 2, n_text, 8), r(1, 2, n_text, 8), r(1, 2, n_text, 8)
+        want = reference_attention(torch.cat([q, tq], 2), torch.cat([k, tk], 2),
+                                   torch.cat([v, tv], 2))[0]
+        blocks = [mod.joined_text_kv(kr, vr, tk, tv, rank, world) for rank, (kr, vr) in
+                  enumerate(zip(torch.tensor_split(k, world, 2), torch.tensor_split(v, world, 2),
+                                strict=True))]
+        total = sum(b[0].shape[2] for b in blocks)
+        assert total == length + n_text, (
+            f"{world} ranks: the ring's blocks hold {total} keys in all, the video and text have "
+            f"{length} + {n_text}: each text key must be in exactly one block")
+        got = reference_attention(torch.cat([q, tq], 2), torch.cat([b[0] for b in blocks], 2),
+                                  torch.cat([b[1] for b in blocks], 2))[0]
+        assert_close(got, want, atol=1e-12, rtol=1e-12, dims=("B", "H", "L", "D"),
+                     name=f"joint attention over the {world} ranks' blocks",
+                     hint="one rank (the last) appends the text keys and values")

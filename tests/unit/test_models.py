@@ -1,0 +1,162 @@
+"""cpcourse.models in one process: tiny real models, shard rotary rows, refusals, the sampler, CLI.
+
+    python -m pytest tests/unit/test_models.py -q
+"""
+
+import json
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from cpcourse.cli import main
+from cpcourse.dist import shard_offsets, shard_sizes
+from cpcourse.models import ARCHS, build, example_inputs, parallelize
+from cpcourse.models.processors import _text_keep
+from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
+from cpcourse.models.sampler import sample
+from cpcourse.models.tiny import cast, latent_shape
+from cpcourse.support.errors import InputError
+
+pytest.importorskip("diffusers")
+
+
+@pytest.fixture(scope="module")
+def wan():
+    return build("wan")
+
+
+@settings(max_examples=25, deadline=None)
+@given(frames=st.integers(1, 9), h=st.integers(1, 6), w=st.integers(1, 6),
+       world=st.integers(1, 4))
+def test_shard_rotary_rows_equal_the_whole_table(frames, h, w, world):
+    wan, hy = build("wan"), build("hunyuanvideo")
+    latents = torch.zeros(1, 4, frames, 2 * h, 2 * w)
+    whole = {"wan": wan.rope(latents), "hy": hy.rope(latents)}
+    sizes = shard_sizes(frames, world)
+    for f0, nf in zip(shard_offsets(sizes), sizes, strict=True):
+        if nf == 0:
+            continue
+        rows = slice(f0 * h * w, (f0 + nf) * h * w)
+        for got, want in zip(wan_rope_shard(wan.rope, f0, nf, h, w), whole["wan"], strict=True):
+            assert torch.equal(got, want[:, rows])
+        for got, want in zip(hunyuan_rope_shard(hy.rope, f0, nf, h, w), whole["hy"],
+                             strict=True):
+            assert torch.equal(got, want[rows])
+
+
+def test_rotary_table_too_short_is_refused(wan):
+    with pytest.raises(InputError, match="rope_max_seq_len >= 70"):
+        wan_rope_shard(wan.rope, 60, 10, 4, 4)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_tiny_models_build_seeded_and_run(arch):
+    state = torch.random.get_rng_state()
+    a, b, c = build(arch, seed=1), build(arch, seed=1), build(arch, seed=2)
+    assert torch.equal(torch.random.get_rng_state(), state), "build moved the caller's seed"
+    pa, pb, pc = (torch.cat([p.flatten() for p in m.parameters()]) for m in (a, b, c))
+    assert torch.equal(pa, pb) and not torch.equal(pa, pc)
+    inputs = example_inputs(arch, frames=3, height=4, width=6)
+    with torch.no_grad():
+        out = a(**inputs, return_dict=False)[0]
+    assert out.shape == latent_shape(arch, 3, 4, 6) and torch.isfinite(out).all()
+
+
+def test_bad_builds_and_inputs_are_refused():
+    with pytest.raises(InputError, match="unknown arch 'ltx2'"):
+        build("ltx2")
+    with pytest.raises(InputError, match="no config entries"):
+        build("wan", heads=3)
+    with pytest.raises(InputError, match="from_pretrained"):
+        build("wan", tiny=False)
+    with pytest.raises(InputError, match="multiples of 2"):
+        example_inputs("wan", height=7)
+
+
+def test_cast_keeps_the_fp32_modules(wan):
+    model = cast(build("wan"), torch.bfloat16)
+    assert model.rope.freqs_cos.dtype == torch.float32  # not rounded to bf16
+    assert model.scale_shift_table.dtype == torch.float32
+    assert model.blocks[0].attn1.to_q.weight.dtype == torch.bfloat16
+
+
+def test_parallelize_refusals(wan):
+    with pytest.raises(InputError, match="initialised process group"):
+        parallelize(wan)
+    with pytest.raises(InputError, match="supports CogVideoXTransformer3DModel"):
+        parallelize(torch.nn.Linear(2, 2))
+    with pytest.raises(InputError, match="method must be one of"):
+        parallelize(wan, method="zigzag")
+
+
+def test_text_mask_may_only_pad_the_end():
+    good = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool).view(1, 1, 1, 6)
+    assert _text_keep(good, 3) == [2]
+    bad = torch.tensor([[1, 1, 1, 0, 1, 1]], dtype=torch.bool).view(1, 1, 1, 6)
+    with pytest.raises(InputError, match="END of the text"):
+        _text_keep(bad, 3)
+
+
+def _count_forwards(model):
+    calls = []
+    model.register_forward_pre_hook(lambda m, a: calls.append(1))
+    return calls
+
+
+@pytest.mark.parametrize("arch,per_step", [("wan", 2), ("hunyuanvideo", 1), ("cogvideox", 2)])
+def test_sampler_cfg_pair_or_one_distilled_forward(arch, per_step):
+    model = build(arch)
+    calls = _count_forwards(model)
+    inputs = example_inputs(arch, frames=2, height=4, width=4)
+    a = sample(model, arch, inputs, steps=3, seed=5)
+    assert len(calls) == 3 * per_step
+    b = sample(model, arch, inputs, steps=3, seed=5)
+    c = sample(model, arch, inputs, steps=3, seed=6)
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert a.shape == inputs["hidden_states"].shape and torch.isfinite(a).all()
+
+
+def _cli(capsys, *argv):
+    code = main(["models", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["--arch", "sora"], "--arch must be one of"),
+    (["--arch", "wan", "--nproc", "4", "--frames", "3"], "give --frames 4 or more"),
+    (["--arch", "wan", "--nproc", "0"], "nproc"),
+    (["--arch", "wan", "--method", "zigzag"], "--method must be one of"),
+    (["--arch", "wan", "--nproc", "4", "--method", "usp", "--ulysses", "3"], "must divide"),
+    (["--arch", "wan", "--height", "9"], "multiples of 2"),
+    (["--arch", "wan", "--frames", "64", "--height", "64", "--width", "128"], "65,536"),
+    (["--arch", "wan", "--sample-steps", "0"], "sample-steps"),
+])
+def test_models_cli_refuses_in_one_line(capsys, argv, words):
+    code, out, err = _cli(capsys, *argv)
+    assert code == 2 and words in err and err.count("\n") == 1 and not out, err
+
+
+def test_models_cli_names_the_ulysses_degrees_that_work(capsys):
+    # 12 heads on 8 ranks, like Wan 2.1 1.3B on one 8-GPU node
+    code, _, err = _cli(capsys, "--arch", "wan", "--nproc", "8", "--frames", "8", "--method",
+                        "ulysses")
+    assert code == 2 and "12 heads" in err and "1, 2, 4" in err and "ring" in err, err
+
+
+def test_bench_models_is_listed(capsys):
+    assert main(["bench", "--help"]) == 0
+    assert "models" in capsys.readouterr().out
+
+
+def test_models_cli_json_keys(capsys):
+    code, out, _ = _cli(capsys, "--arch", "wan", "--nproc", "1", "--frames", "2", "--height",
+                        "4", "--width", "4", "--repeat", "0", "--compare", "--json")
+    d = json.loads(out)
+    assert code == 0
+    for key in ("arch", "method", "nproc", "tokens", "max_abs_err", "seconds_cp",
+                "seconds_single", "within_tolerance", "frame_sizes"):
+        assert key in d, key
+    assert d["tokens"] == 8 and d["max_abs_err"] == 0.0 and d["within_tolerance"]
