@@ -2,9 +2,9 @@
 
     cpcourse doctor
 
-Checks versions (python, torch, numpy, jupyterlab, ipywidgets), CPU threads, CUDA and GPU count,
-whether flash-attn is importable, and runs a two-process gloo all-reduce on loopback with a
-short timeout (the same transport the course's multi-process cells use).
+Checks versions (python, torch, numpy, jupyterlab, ipywidgets, diffusers), CPU threads, CUDA
+and GPU count, whether flash-attn is importable, and runs a two-process gloo all-reduce on
+loopback with a short timeout (the same transport the course's multi-process cells use).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ def gloo_allreduce(timeout: float = GLOO_TIMEOUT_S) -> dict:
 
 def diagnose(run_gloo: bool = True) -> dict:
     report: dict = {"python": platform.python_version(), "platform": platform.platform()}
-    for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib"):
+    for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib", "diffusers"):
         report[pkg] = _version(pkg)
     report["cpu_threads"] = os.cpu_count()
     report["omp_num_threads"] = omp = os.environ.get("OMP_NUM_THREADS")
@@ -86,7 +86,7 @@ def diagnose(run_gloo: bool = True) -> dict:
     if omp is not None and not (omp.strip().isdigit() and int(omp) > 0):
         problems.append(f"OMP_NUM_THREADS={omp!r} is not a positive whole number: every launch "
                         "refuses it; unset it or set it to the threads per rank (e.g. 1)")
-    for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib"):
+    for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib", "diffusers"):
         if report[pkg] is None:
             problems.append(f"{pkg} is not installed: run `make setup` (or `pip install -e .`)")
     report["cuda_available"], report["gpu_count"], report["gpus"] = False, 0, []
