@@ -46,7 +46,7 @@ def negative_text(inputs: dict, seed: int) -> torch.Tensor:
     """Stand-in for the negative prompt's text states: seeded, the positive one's shape."""
     pos = inputs["encoder_hidden_states"]
     gen = torch.Generator().manual_seed(seed + 7919)
-    return torch.randn(pos.shape, generator=gen, dtype=torch.float64).to(pos.dtype)
+    return torch.randn(pos.shape, generator=gen, dtype=torch.float64).to(pos.device, pos.dtype)
 
 
 def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.0,
@@ -61,7 +61,9 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
     require(isinstance(steps, int) and 1 <= steps <= 1000, f"steps must be 1 .. 1000, got {steps}")
     like = inputs["hidden_states"]
     gen = torch.Generator().manual_seed(seed)
-    latents = torch.randn(like.shape, generator=gen, dtype=torch.float64).to(like.dtype)
+    # drawn on the CPU (the same numbers on every device), then moved next to the model
+    latents = torch.randn(like.shape, generator=gen, dtype=torch.float64).to(like.device,
+                                                                             like.dtype)
     cp = cp_state(model)
     if cp is not None and cp.shard_io:
         latents = shard_latents(model, latents)
@@ -76,16 +78,17 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
                 else latents
             if info.per_token_timestep:  # Wan 2.2: every token carries its own timestep
                 frames, pph, ppw = _latent_grid(model, x)
-                tt = torch.full((b, frames * pph * ppw), float(t), dtype=like.dtype)
+                tt = torch.full((b, frames * pph * ppw), float(t), dtype=like.dtype,
+                                device=like.device)
             else:
-                tt = torch.full((b,), float(t), dtype=like.dtype)
+                tt = torch.full((b,), float(t), dtype=like.dtype, device=like.device)
 
             def run(kw, x=x, tt=tt):
                 return model(hidden_states=x, timestep=tt, **kw, return_dict=False)[0]
 
             if info.guidance_distilled:
                 pred = run(dict(cond, guidance=torch.full((b,), cfg_scale * 1000.0,
-                                                          dtype=like.dtype)))
+                                                          dtype=like.dtype, device=like.device)))
             else:
                 pc, pu = run(cond), run(uncond)
                 pred = pu + cfg_scale * (pc - pu)
