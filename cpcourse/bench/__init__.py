@@ -5,6 +5,7 @@
     cpcourse bench launch --json          # launch(): start-up, error latency, orphans
     cpcourse bench shapes --json          # does the trained model draw what it is asked?
     cpcourse bench models --json          # real Wan under CP vs one process, and diffusers' CP
+    cpcourse bench windows --json         # long videos: flat memory, seams, exactness
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -22,6 +23,7 @@ BENCHMARKS = {
     "launch": "launch(): start-up time, error latency, processes left after a kill",
     "shapes": "the trained shapes model: tracked direction, shape and presence per prompt",
     "models": "real Wan under CP at 8k tokens vs one process, and diffusers' own CP",
+    "windows": "long videos: memory and time vs length, seams, both parallel modes exact",
 }
 
 

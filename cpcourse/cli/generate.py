@@ -198,7 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also sample in this process and report the largest difference")
     p.add_argument("--compare-to", default=None,
                    help="a file an earlier --save wrote: report the largest difference")
-    p.add_argument("--timeout", type=float, default=120.0)
+    p.add_argument("--window", type=int, default=None,
+                   help="long video: denoise overlapping windows of W frames and blend them")
+    p.add_argument("--stride", type=int, default=None,
+                   help="frames between window starts (default W / 2)")
+    p.add_argument("--blend", choices=("pyramid", "flat"), default="pyramid")
+    p.add_argument("--noise", choices=("independent", "freenoise"), default="independent")
+    p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
+                   help="whole windows per rank (windows), or each window under CP (cp)")
+    p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -240,6 +248,49 @@ def _save(tensor: torch.Tensor, report: dict, path: str) -> None:
                 os.remove(tmp)
 
 
+def _write_outputs(args, res: dict, out: torch.Tensor) -> None:
+    """--gif and --save, after a run; both were checked writable before it started."""
+    if args.gif:
+        from cpcourse.viz.clips import save_gif
+
+        save_gif(res["clip"], args.gif)
+        res["report"]["gif"] = args.gif
+    if args.save:
+        _save(out, res["report"], args.save)
+        res["report"]["saved"] = args.save
+
+
+def _main_long(args) -> int:
+    from cpcourse.cli.long_video import print_report, run_long
+
+    require(args.window is not None, "--stride needs --window (the window length in frames)")
+    for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),
+                      ("--full", args.full), ("--compare-to", args.compare_to)):
+        require(val is None, f"{flag} is not available with --window")
+    if args.gif:
+        require(args.weights != "random", "--gif draws a clip of the trained model")
+        _check_out("--gif", args.gif)
+    if args.save:
+        _check_out("--save", args.save)
+    frames = 4 * args.window if args.frames is None else args.frames
+    stride = max(1, args.window // 2) if args.stride is None else args.stride
+    res = run_long(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
+                   frames=frames, window=args.window, stride=stride, blend=args.blend,
+                   noise=args.noise, parallel=args.parallel, steps=args.steps,
+                   cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
+                   dtype=args.dtype, compare=args.compare,
+                   timeout=positive_float("--timeout", args.timeout or 300.0, high=3600),
+                   stream=False if args.json else True)
+    report = res["report"]
+    out = res["clip"] if res["clip"] is not None else res["latents"]
+    _write_outputs(args, res, out)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+    else:
+        print_report(report)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     from cpcourse.shapes import PROMPTS
 
@@ -247,7 +298,13 @@ def main(argv: list[str]) -> int:
     if args.list_prompts:
         print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
         return 0
-    positive_float("--timeout", args.timeout)
+    if args.window is not None or args.stride is not None:
+        return _main_long(args)
+    for flag, val, default in (("--blend", args.blend, "pyramid"),
+                               ("--noise", args.noise, "independent"),
+                               ("--parallel", args.parallel, "windows")):
+        require(val == default, f"{flag} chooses how windows are made: it needs --window")
+    args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout)
     if args.attention == "factored" and args.full is not None:
         raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
                          "(factored attention takes --temporal)")
@@ -273,14 +330,7 @@ def main(argv: list[str]) -> int:
         require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
                 f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
         report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
-    if args.gif:
-        from cpcourse.viz.clips import save_gif
-
-        save_gif(res["clip"], args.gif)
-        report["gif"] = args.gif
-    if args.save:
-        _save(out, report, args.save)
-        report["saved"] = args.save
+    _write_outputs(args, res, out)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

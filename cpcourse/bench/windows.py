@@ -1,0 +1,126 @@
+"""`cpcourse bench windows`: long videos from the trained shapes model, measured.
+
+    cpcourse bench windows --json
+
+Three measurements, each in one run:
+1. memory and time against the video length (1x, 2x, 4x the window): the windowed sampler's
+   peak tensor memory (one process), the part one window's forward needs, the latent state it
+   keeps, and seconds; beside one-shot sampling of the whole video (all frames in one
+   attention), which the model was not trained for but which shows how memory grows;
+2. seams: the change between frames across window ends over the change inside windows, for
+   separate clips (stride = window, no overlap) and for overlapping windows with flat and
+   pyramid blending, averaged over seeds, plus how often the tracker sees one object;
+3. exactness: both parallel modes on P = 1, 2, 4 ranks against one process, at a length the
+   stride does not divide.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from cpcourse.support.errors import ArgumentParser, positive_int, require
+
+
+def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):
+    from cpcourse.sampling import initial_noise
+    from cpcourse.shapes import parse_prompt, track
+    from cpcourse.shapes_model import to_clip
+    from cpcourse.windows import boundaries, sample_windows, seam_metric
+
+    ratios, present = [], []
+    for seed in seeds:
+        noise = initial_noise((1, 3, frames, 32, 32), seed)
+        clip = to_clip(sample_windows(model, noise, parse_prompt(prompt), steps, 4.0, window,
+                                      stride, blend))
+        ratios.append(seam_metric(clip, boundaries(frames, window, stride))["ratio"])
+        seen = track(clip)["present"]
+        present.append(sum(seen) / len(seen))
+    return {"stride": stride, "blend": blend, "seam_ratio": statistics.mean(ratios),
+            "seam_ratio_per_seed": ratios, "one_object_fraction": statistics.mean(present)}
+
+
+def main(argv: list[str]) -> int:
+    from cpcourse.cli.long_video import run_long
+    from cpcourse.memory import peak_memory
+    from cpcourse.sampling import initial_noise, sample
+    from cpcourse.shapes import parse_prompt
+    from cpcourse.shapes_model import SAMPLE_STEPS, load_shapes_model
+    from cpcourse.windows import STATE_COPIES, sample_windows
+
+    p = ArgumentParser(prog="cpcourse bench windows", description=__doc__.split("\n")[0])
+    p.add_argument("--window", type=int, default=8)
+    p.add_argument("--stride", type=int, default=4)
+    p.add_argument("--seeds", type=int, default=4, help="seeds for the seam metric (4)")
+    p.add_argument("--prompt", default="circle-right")
+    p.add_argument("--steps", type=int, default=SAMPLE_STEPS)
+    p.add_argument("--no-ranks", action="store_true", help="skip the multi-process checks")
+    p.add_argument("--json", action="store_true")
+    args = p.parse_args(argv)
+    window, stride = positive_int("--window", args.window), positive_int("--stride", args.stride)
+    require(window <= 32 and stride <= window, "use --window <= 32 and --stride <= --window")
+    seeds = range(positive_int("--seeds", args.seeds))
+    require(len(seeds) <= 32, "--seeds: use at most 32")
+    steps = positive_int("--steps", args.steps)
+    require(steps <= 100, "--steps: use at most 100")
+    model, label = load_shapes_model(), parse_prompt(args.prompt)
+    report = {"window": window, "stride": stride, "steps": steps, "prompt": args.prompt,
+              "lengths": []}
+    for k in (1, 2, 4):
+        frames = k * window
+        noise = initial_noise((1, 3, frames, 32, 32), 0)
+        stats: dict = {}
+        t0 = time.perf_counter()
+        _, peak = peak_memory(sample_windows, model, noise, label, steps, 4.0, window, stride,
+                              "pyramid", None, "windows", stats)
+        t_win = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        _, one_shot = peak_memory(sample, model, noise, label, steps, 4.0)
+        report["lengths"].append({
+            "frames": frames, "windows": stats["windows"], "peak_bytes": int(peak),
+            "window_forward_peak_bytes": stats["window_peak_bytes"],
+            "latent_state_bytes": STATE_COPIES * noise.numel() * noise.element_size(),
+            "seconds": t_win, "seconds_per_window": t_win / stats["windows"],
+            "one_shot_peak_bytes": int(one_shot),
+            "one_shot_seconds": time.perf_counter() - t0})
+    first, last = report["lengths"][0], report["lengths"][-1]
+    report["peak_4x_over_1x"] = last["peak_bytes"] / first["peak_bytes"]
+    report["window_forward_peak_4x_over_1x"] = (last["window_forward_peak_bytes"]
+                                                / first["window_forward_peak_bytes"])
+    report["one_shot_peak_4x_over_1x"] = last["one_shot_peak_bytes"] / first["one_shot_peak_bytes"]
+    frames = 4 * window
+    report["seams"] = [_clip_stats(model, frames, window, s, b, seeds, steps, args.prompt)
+                       for s, b in ((window, "flat"), (stride, "flat"), (stride, "pyramid"))]
+    report["pyramid_over_no_overlap"] = (report["seams"][2]["seam_ratio"]
+                                         / report["seams"][0]["seam_ratio"])
+    if not args.no_ranks:
+        report["exactness"] = []
+        odd = 3 * window - 2  # a length the stride does not divide
+        for parallel in ("windows", "cp"):
+            for nproc in (1, 2, 4):
+                r = run_long(nproc, 0, prompt=args.prompt, frames=odd, window=window,
+                             stride=stride, parallel=parallel, steps=steps, compare=True)
+                rep = r["report"]
+                report["exactness"].append({k: rep[k] for k in (
+                    "parallel", "nproc", "frames", "windows_per_rank",
+                    "bytes_per_step_per_rank", "peak_bytes_per_rank",
+                    "max_abs_diff_vs_single_process", "seconds")})
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    kb = lambda x: f"{x / 1024:,.0f} KiB"  # noqa: E731
+    for row in report["lengths"]:
+        print(f"{row['frames']:4d} frames, {row['windows']} windows: peak {kb(row['peak_bytes'])}"
+              f" (one window's forward {kb(row['window_forward_peak_bytes'])}, latent state "
+              f"{kb(row['latent_state_bytes'])}), {row['seconds']:.2f} s "
+              f"({row['seconds_per_window']:.3f} s per window); one-shot peak "
+              f"{kb(row['one_shot_peak_bytes'])}")
+    for row in report["seams"]:
+        print(f"stride {row['stride']}, {row['blend']}: seam ratio {row['seam_ratio']:.2f}, one "
+              f"object in {100 * row['one_object_fraction']:.0f}% of frames")
+    for row in report.get("exactness", []):
+        print(f"{row['parallel']:8s} P={row['nproc']}: max diff "
+              f"{row['max_abs_diff_vs_single_process']:.1e}, sends "
+              f"{[kb(b) for b in row['bytes_per_step_per_rank']]} per step")
+    return 0

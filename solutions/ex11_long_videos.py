@@ -1,0 +1,75 @@
+"""Exercises of notebook 11, long videos: the window schedule and the blending weights.
+
+    python -m pytest tests/graded --ex 11.1 --impl exercises
+
+A model trained on W frames makes a T-frame video by co-denoising overlapping windows of W
+frames and blending their predictions where they overlap. The library's versions are
+`cpcourse.windows.window_starts` and `cpcourse.windows.frame_weights`; check yours in the
+notebook with `cpcourse.check("11.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def window_starts(frames: int, window: int, stride: int) -> list[int]:
+    """First frame of every window, in order, so that every frame is covered.
+
+    Windows start at 0, stride, 2 * stride, ... while they fit; if the last of those ends before
+    the last frame, one more window ends exactly on it (start = frames - window). Raise
+    ValueError when window > frames (a window longer than the video) or stride > window (frames
+    between two windows that no window covers), and when any argument is below 1.
+    Examples: (16, 8, 4) -> [0, 4, 8]; (18, 8, 4) -> [0, 4, 8, 10]; (8, 8, 3) -> [0].
+    """
+    # BEGIN SOLUTION 11.1 | notebook 11, "The window schedule"
+    # | hint: two refusals first (a window that does not fit, a stride that skips frames), then
+    # | the regular starts while a whole window fits, then check the end: the last regular window
+    # | may stop short of the video's last frame, and then one more window, flush with the end,
+    # | covers the rest.
+    # | hint2: frames 18, window 8, stride 4: regular starts 0, 4, 8 (12 would end at 20 > 18);
+    # | the window at 8 ends at frame 15, so frames 16 and 17 need one more window, starting at
+    # | 18 - 8 = 10. frames 16: the window at 8 ends exactly at 16, nothing to add.
+    # | hint3: starts = list(range(0, frames - window + 1, stride)); if starts[-1] + window <
+    # | frames: starts.append(frames - window).
+    if min(frames, window, stride) < 1:
+        raise ValueError(f"frames, window and stride must be >= 1, got {frames}, {window}, "
+                         f"{stride}")
+    if window > frames:
+        raise ValueError(f"a {window}-frame window does not fit a {frames}-frame video")
+    if stride > window:
+        raise ValueError(f"stride {stride} > window {window} leaves frames uncovered")
+    starts = list(range(0, frames - window + 1, stride))
+    if starts[-1] + window < frames:
+        starts.append(frames - window)
+    return starts
+    # END SOLUTION
+
+
+def frame_weights(frames: int, starts: list[int], window: int, blend: str) -> torch.Tensor:
+    """Blending weights `[K, frames]` (float64): window k's share of each frame's prediction.
+
+    Before normalising, window k gives each of its own frames j = 0 .. window-1 the weight 1
+    ("flat") or min(j + 1, window - j) ("pyramid": 1, 2, ..., 2, 1, so a window's edge frames,
+    which see the least of the video around them, count least), and 0 to frames outside it.
+    Then every column (frame) is divided by its sum, so the weights of each frame add up to 1.
+    """
+    # BEGIN SOLUTION 11.2 | notebook 11, "Blending the overlaps"
+    # | hint: build the raw table first: one row per window, the window's own weights pasted at
+    # | its start, zeros elsewhere. Then normalise per frame (per column), not per window: a
+    # | frame inside one window only gets weight 1 from it, a frame in two windows splits 1
+    # | between them in proportion to their raw weights.
+    # | hint2: frames 6, window 4, starts [0, 2], pyramid: raw rows [1, 2, 2, 1, 0, 0] and
+    # | [0, 0, 1, 2, 2, 1]; column sums [1, 2, 3, 3, 2, 1]; frame 2 gets 2/3 from window 0 and
+    # | 1/3 from window 1. With flat weights frame 2 gets 1/2 and 1/2.
+    # | hint3: w = torch.zeros(len(starts), frames, dtype=torch.float64); j = torch.arange(window,
+    # | dtype=torch.float64); row = torch.ones(window) if flat else torch.minimum(j + 1, window -
+    # | j); w[k, s:s + window] = row for each k, s; return w / w.sum(dim=0, keepdim=True).
+    j = torch.arange(window, dtype=torch.float64)
+    row = torch.ones(window, dtype=torch.float64) if blend == "flat" else torch.minimum(
+        j + 1, window - j)
+    w = torch.zeros(len(starts), frames, dtype=torch.float64)
+    for k, s in enumerate(starts):
+        w[k, s:s + window] = row
+    return w / w.sum(dim=0, keepdim=True)
+    # END SOLUTION
