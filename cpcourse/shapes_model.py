@@ -48,6 +48,11 @@ SHIPPED = "shapes_dit.safetensors"   # in cpcourse/data
 # Euler steps when sampling the shapes model: x-prediction makes each step land near the clean
 # clip, and 10, 12 or 25 steps track the same (notebook 07); 12 keeps CP demos quick.
 SAMPLE_STEPS = 12
+# What `cpcourse generate` samples when not told: the trained model's own size, or the random
+# DiT of the exactness tests.
+TRAINED_DEFAULTS = {"frames": FRAMES, "height": SIZE, "width": SIZE, "steps": SAMPLE_STEPS,
+                    "cfg_scale": 4.0}
+RANDOM_DEFAULTS = {"frames": 8, "height": 16, "width": 16, "steps": 4, "cfg_scale": 4.0}
 
 
 def shapes_config() -> DiTConfig:
@@ -178,6 +183,18 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
 
 def shipped_path() -> str:
     return str(resources.files("cpcourse") / "data" / SHIPPED)
+
+
+def weights_config(weights: str) -> tuple[str | None, DiTConfig | None]:
+    """(file, its model config) for "shipped" or a file's weights, (None, None) for "random".
+    The file is read here, before any launch: a missing or foreign one is one clear error, not
+    one per rank."""
+    import os
+
+    if weights == "random":
+        return None, None
+    path = shipped_path() if weights == "shipped" else os.path.abspath(weights)
+    return path, load_weights(path)[0].cfg
 
 
 def load_shapes_model(path: str | None = None, dtype=torch.float32) -> TinyVideoDiT:

@@ -26,7 +26,12 @@ import torch
 
 from cpcourse.dit import ATTENTIONS, DiTConfig
 from cpcourse.sampling import DTYPES
-from cpcourse.shapes_model import SAMPLE_STEPS
+from cpcourse.shapes_model import (
+    RANDOM_DEFAULTS,
+    SAMPLE_STEPS,
+    TRAINED_DEFAULTS,
+    weights_config,
+)
 from cpcourse.support.errors import (
     InputError,
     finite_float,
@@ -35,23 +40,6 @@ from cpcourse.support.errors import (
     require,
 )
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
-
-RANDOM_DEFAULTS = {"frames": 8, "height": 16, "width": 16, "steps": 4, "cfg_scale": 4.0}
-TRAINED_DEFAULTS = {"frames": 8, "height": 32, "width": 32, "steps": SAMPLE_STEPS,
-                    "cfg_scale": 4.0}
-
-
-def _trained_config(weights: str) -> tuple[str | None, DiTConfig | None]:
-    """(file, its model config) for trained weights, (None, None) for the random model. The
-    file is read here, before any launch: a missing or foreign one is one clear error, not one
-    per rank."""
-    from cpcourse.dit import load_weights
-    from cpcourse.shapes_model import shipped_path
-
-    if weights == "random":
-        return None, None
-    path = shipped_path() if weights == "shipped" else os.path.abspath(weights)
-    return path, load_weights(path)[0].cfg
 
 
 def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
@@ -72,7 +60,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
     from cpcourse.shapes_model import to_clip
 
-    path, trained_cfg = _trained_config(weights)
+    path, trained_cfg = weights_config(weights)
     trained = path is not None
     defaults = TRAINED_DEFAULTS if trained else RANDOM_DEFAULTS
     frames = defaults["frames"] if frames is None else frames
@@ -261,7 +249,7 @@ def _write_outputs(args, res: dict, out: torch.Tensor) -> None:
 
 
 def _main_long(args) -> int:
-    from cpcourse.cli.long_video import print_report, run_long
+    from cpcourse.bench.windows import print_report, run_long
 
     require(args.window is not None, "--stride needs --window (the window length in frames)")
     for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),
