@@ -30,6 +30,7 @@ import torch.distributed as dist
 from cpcourse.dist import shard_offsets, shard_sizes, tracked
 from cpcourse.dit import CPContext, patchify, unpatchify
 from cpcourse.sampling import _labels, initial_noise
+from cpcourse.support.bytecount import count_bytes
 from cpcourse.support.errors import require
 from cpcourse.video import gather_frames
 
@@ -104,16 +105,17 @@ def _guided(model, x, y, t: float, cfg_scale: float, ctx: CPContext) -> torch.Te
 @torch.no_grad()
 def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale: float = 4.0,
                    window: int = 8, stride: int = 4, blend: str = "pyramid", group=None,
-                   parallel: str = "windows", stats: dict | None = None) -> torch.Tensor:
+                   parallel: str = "windows", stats: dict | None = None,
+                   measure: bool = False) -> torch.Tensor:
     """Denoise a whole video `[B, C, T, Hl, Wl]` window by window; returns the sample.
 
     With one window (window = T) it is the plain sampler (`cpcourse.sampling.sample`), bit for
     bit. Each window is a clip of its own: positions start at 0 in every window. `group` None:
-    one process. `stats`, when given, receives per-step seconds, bytes communicated per step and
-    the peak working memory of one window's forward (`window_peak_bytes`) when measured.
+    one process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
+    rank sent in step 0, measured (`bytes_per_step`, `bytes_by_op`: the ring inside attention
+    under "cp", the all-reduce under "windows"); with `measure`, also the peak working memory
+    of one window's forward (`window_peak_bytes`, measured once, which slows that forward).
     """
-    from cpcourse.memory import peak_memory
-
     require(parallel in PARALLEL, f"parallel must be one of {PARALLEL}, got {parallel!r}")
     cfg = model.cfg
     b, c, frames, hl, wl = noise.shape
@@ -139,30 +141,15 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     x = noise.clone()
     record = stats if stats is not None else {}
     record.update(windows=len(starts), starts=starts, my_windows=mine, step_seconds=[],
-                  bytes_per_step=0, window_peak_bytes=0)
+                  bytes_per_step=0, bytes_by_op={}, window_peak_bytes=0)
     for i in range(steps):
         t0, t = time.perf_counter(), float(times[i])
-        x0 = torch.zeros_like(x)
-        for k in mine:
-            s = starts[k]
-            xw = x[:, :, s + f_off:s + f_off + w_sizes[w_rank]]
-            if i == 0 and k == mine[0]:  # the working memory of one window, measured once
-                pred, peak = peak_memory(_guided, model, xw, y, t, cfg_scale, ctx)
-                record["window_peak_bytes"] = int(peak)
-            else:
-                pred = _guided(model, xw, y, t, cfg_scale, ctx)
-            if ctx.group is not None:  # every rank needs the whole window's prediction
-                if i == 0:  # all-gather: my (padded) shard goes to each of the other ranks
-                    record["bytes_per_step"] += (world - 1) * pred.numel() * pred.element_size(
-                        ) // pred.shape[2] * max(w_sizes)
-                pred = gather_frames(pred, group)
-            x0[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * pred
-        if parallel == "windows" and world > 1:
-            with tracked("all_reduce (window predictions)", group=group):
-                dist.all_reduce(x0, group=group)
-            if i == 0:  # a ring all-reduce moves 2 (P - 1) / P of the buffer out of each rank
-                record["bytes_per_step"] = 2 * (world - 1) * x0.numel() * x0.element_size() \
-                    // world
+        with count_bytes() as sent:  # cheap: a wrapper around each collective call
+            x0 = _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights,
+                       window, f_off, w_sizes[w_rank], parallel,
+                       record if measure and i == 0 else None)
+        if i == 0:
+            record.update(bytes_per_step=sent.total, bytes_by_op=dict(sent.by_op))
         # x <- x + dt * v in place, v = (x - x0) / t for an x0-predicting model: the video is
         # held twice (x and the blend), never more, and the bits equal the plain sampler's
         if cfg.prediction == "sample":
@@ -171,6 +158,29 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
         x.add_(x0.mul_(float(times[i + 1] - times[i])))
         record["step_seconds"].append(time.perf_counter() - t0)
     return x
+
+
+def _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights, window, f_off,
+          n_mine, parallel, record) -> torch.Tensor:
+    """One step's blended prediction over the whole video (summed over ranks)."""
+    from cpcourse.memory import peak_memory
+
+    x0 = torch.zeros_like(x)
+    for k in mine:
+        s = starts[k]
+        xw = x[:, :, s + f_off:s + f_off + n_mine]
+        if record is not None and k == mine[0]:  # the working memory of one window's forward
+            pred, peak = peak_memory(_guided, model, xw, y, t, cfg_scale, ctx)
+            record["window_peak_bytes"] = int(peak)
+        else:
+            pred = _guided(model, xw, y, t, cfg_scale, ctx)
+        if ctx.group is not None:  # every rank needs the whole window's prediction
+            pred = gather_frames(pred, group)
+        x0[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * pred
+    if parallel == "windows" and world > 1:
+        with tracked("all_reduce (window predictions)", group=group):
+            dist.all_reduce(x0, group=group)
+    return x0
 
 
 def seam_metric(clip: torch.Tensor, boundaries: list[int]) -> dict:
@@ -207,6 +217,6 @@ def windows_rank(spec: dict) -> dict:
     group = dist.group.WORLD if dist.is_initialized() else None
     out, peak = peak_memory(sample_windows, model, noise, spec["label"], spec["steps"],
                             spec["cfg_scale"], spec["window"], spec["stride"], spec["blend"],
-                            group, spec["parallel"], stats)
+                            group, spec["parallel"], stats, True)
     return {"latents": out, "peak_bytes": int(peak), **stats,
             "state_bytes": STATE_COPIES * noise.numel() * noise.element_size()}

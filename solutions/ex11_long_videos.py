@@ -36,7 +36,7 @@ def window_starts(frames: int, window: int, stride: int) -> list[int]:
         raise ValueError(f"frames, window and stride must be >= 1, got {frames}, {window}, "
                          f"{stride}")
     if window > frames:
-        raise ValueError(f"a {window}-frame window does not fit a {frames}-frame video")
+        raise ValueError(f"a window of {window} frames does not fit in {frames} frames")
     if stride > window:
         raise ValueError(f"stride {stride} > window {window} leaves frames uncovered")
     starts = list(range(0, frames - window + 1, stride))

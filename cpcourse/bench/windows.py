@@ -195,7 +195,7 @@ def main(argv: list[str]) -> int:
         t_one = time.perf_counter() - t0
         # memory does not depend on the number of steps: measure 2 (the tracker is slow)
         _, peak = peak_memory(sample_windows, model, noise, label, 2, 4.0, window, stride,
-                              "pyramid", None, "windows", stats)
+                              "pyramid", None, "windows", stats, True)
         _, one_shot = peak_memory(sample, model, noise, label, 2, 4.0)
         state = STATE_COPIES * noise.numel() * noise.element_size()
         report["lengths"].append({
