@@ -9,16 +9,12 @@
 `parallel` (the hooks: where the sequence is split and gathered), `processors` (each model's
 attention under CP), `attention` (the softmax over every rank's keys, text counted once),
 `rotary` (a shard's rotary rows at its global frame offset), `tiny` (configs and inputs),
-`sampler` (the model's own scheduler with CFG around it), `compare` (what the CLI runs).
+`sampler` (the model's own scheduler with CFG around it), `shards` (frame shards in and out),
+`compare` (what the CLI runs).
 """
 
-from cpcourse.models.parallel import (
-    METHODS,
-    gather_latents,
-    parallelize,
-    shard_latents,
-    unparallelize,
-)
+from cpcourse.models.parallel import METHODS, parallelize, unparallelize
+from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.models.tiny import ARCHS, build, example_inputs, from_pretrained, latent_shape
 
 __all__ = ["ARCHS", "METHODS", "build", "example_inputs", "from_pretrained", "gather_latents",

@@ -16,7 +16,8 @@ import time
 
 import torch
 
-from cpcourse.models.parallel import gather_latents, parallelize, shard_latents
+from cpcourse.models.parallel import parallelize
+from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.models.tiny import build, example_inputs
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,

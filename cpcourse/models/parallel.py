@@ -18,8 +18,8 @@ output. Five torch hooks and one attention processor per attention module do the
                         so the model's own unpatchify sees the whole video
 Text tokens are never split: cross-attention (Wan) reads the replicated text locally, joined text
 (HunyuanVideo, CogVideoX) enters the softmax once. With `shard_io=True` the model instead takes
-and returns this rank's frames only (`shard_latents`, `gather_latents`): hooks 3 and 5 are off
-and a sampler gathers once, at the end.
+and returns this rank's frames only (`cpcourse.models.shards`): hooks 3 and 5 are off and a
+sampler gathers once, at the end.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from cpcourse.dist import (
     ENV_TIMEOUT,
     all_gather_single,
     comm_device,
+    gather_uneven,
     require_group,
     shard_offsets,
     shard_sizes,
@@ -225,21 +226,9 @@ def _split_tokens(cp: CPState):
     return hook
 
 
-def gather_tokens(x: torch.Tensor, lens: list[int], group=None) -> torch.Tensor:
-    """Every rank's tokens `[B, L_r, C]` -> `[B, L, C]` on each (padded all-gather, then trim)."""
-    most, world = max(lens), len(lens)
-    pad = x.new_zeros(x.shape[0], most, x.shape[2])
-    pad[:, :x.shape[1]] = x
-    buf = torch.empty(world * x.shape[0], most, x.shape[2], dtype=x.dtype,
-                      device=comm_device(group))
-    all_gather_single(buf, pad.to(buf.device), group=group)
-    buf = buf.view(world, x.shape[0], most, x.shape[2])
-    return torch.cat([buf[r, :, :n] for r, n in enumerate(lens)], dim=1).to(x.device)
-
-
 def _gather_hook(cp: CPState):
     def hook(module, args, output):
-        return gather_tokens(output, cp.lens, cp.group)
+        return gather_uneven(output, cp.lens, dim=1, group=cp.group)
     return hook
 
 
@@ -307,33 +296,3 @@ def unparallelize(model):
 
 def cp_state(model) -> CPState | None:
     return getattr(model, "_cpcourse", None)
-
-
-def _frame_dim(model) -> int:
-    return 1 if type(model).__name__ == "CogVideoXTransformer3DModel" else 2
-
-
-def shard_latents(model, latents: torch.Tensor) -> torch.Tensor:
-    """This rank's latent frames of the whole `latents` (what a shard_io model takes)."""
-    cp = cp_state(model)
-    require(cp is not None, "shard_latents needs a parallelized model")
-    dim = _frame_dim(model)
-    frames, _, _ = _latent_grid(model, latents)
-    sizes = shard_sizes(frames, cp.world)
-    require(min(sizes) >= 1, f"only {frames} latent frames for {cp.world} ranks")
-    pt = latents.shape[dim] // frames
-    start = shard_offsets(sizes)[cp.rank] * pt
-    return latents.narrow(dim, start, sizes[cp.rank] * pt).contiguous()
-
-
-def gather_latents(model, shard: torch.Tensor) -> torch.Tensor:
-    """Every rank's latent frames -> the whole latents on each (inverse of shard_latents)."""
-    cp = cp_state(model)
-    require(cp is not None, "gather_latents needs a parallelized model")
-    dim = _frame_dim(model)
-    moved = shard.movedim(dim, 1)  # [B, F_r, ...]
-    flat = moved.reshape(moved.shape[0], moved.shape[1], -1)
-    sizes = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
-    all_gather_single(sizes, torch.tensor([flat.shape[1]], device=sizes.device), group=cp.group)
-    whole = gather_tokens(flat, sizes.tolist(), cp.group)
-    return whole.reshape(moved.shape[0], whole.shape[1], *moved.shape[2:]).movedim(1, dim)

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.models.parallel import _latent_grid, cp_state, gather_latents, shard_latents
+from cpcourse.models.parallel import _latent_grid, cp_state
+from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.models.tiny import arch_info
 from cpcourse.support.errors import require
 
