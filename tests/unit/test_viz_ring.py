@@ -1,4 +1,4 @@
-"""The ring's figures and the helpers behind them (cpcourse.viz.ring), headless.
+"""The ring's and Ulysses' figures and the helpers behind them (cpcourse.viz), headless.
 
     python -m pytest tests/unit/test_viz_ring.py -q
 """
@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import matplotlib
+import pytest
 import torch
 
 matplotlib.use("Agg")
@@ -73,3 +74,19 @@ def test_timeline_steps_and_hide_figures_build():
 def test_image_is_a_png():
     fig = vr.grid_figure(_events(2), 2)
     assert vr.image(fig, dpi=30).data[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ulysses_ownership_and_figure():
+    from cpcourse.viz.ulysses import ownership, transpose_figure
+
+    for world, heads, tokens in ((1, 2, 3), (3, 6, 8), (4, 8, 5), (2, 4, 1)):
+        before, after = ownership(world, heads, tokens)
+        sizes = [len(t) for t in torch.tensor_split(torch.arange(tokens), world)]
+        assert [int((before[0] == r).sum()) for r in range(world)] == sizes
+        assert all((after[h] == h // (heads // world)).all() for h in range(heads))
+        for r in range(world):  # a rank keeps 1/P of its shard: its own head group
+            assert ((before == r) & (after == r)).sum() * world == (before == r).sum()
+    fig = transpose_figure(3, 6, 8)
+    assert len(fig.axes) == 2 and "67%" in fig._suptitle.get_text()
+    with pytest.raises(ValueError, match="divide the heads"):
+        ownership(4, 6, 8)
