@@ -136,16 +136,18 @@ def unshard(shards: list[torch.Tensor], dim: int = 2) -> torch.Tensor:
     return torch.cat(list(shards), dim=dim)
 
 
-def gather_uneven(x: torch.Tensor, sizes: list[int], dim: int = 1, group=None) -> torch.Tensor:
+def gather_uneven(x: torch.Tensor, sizes: list[int], dim: int = 1, group=None,
+                  what: str = "gather_uneven") -> torch.Tensor:
     """Every rank's `x` (sizes[r] long along `dim`, equal elsewhere) -> all of them, in rank
     order along `dim`, on each rank. gloo cannot all-gather unequal sizes: pad to the longest,
-    all-gather, drop the padding."""
+    all-gather, drop the padding. `what` names the call in the heartbeat."""
     most, world = max(sizes), len(sizes)
     moved = x.movedim(dim, 0)
     pad = moved.new_zeros(most, *moved.shape[1:])
     pad[:moved.shape[0]] = moved
     buf = torch.empty(world * most, *moved.shape[1:], dtype=x.dtype, device=comm_device(group))
-    all_gather_single(buf, pad.to(buf.device), group=group)
+    with tracked(f"all_gather ({what})", group=group):
+        all_gather_single(buf, pad.to(buf.device), group=group)
     buf = buf.view(world, most, *moved.shape[1:])
     return torch.cat([buf[r, :n] for r, n in enumerate(sizes)]).movedim(0, dim).to(x.device)
 

@@ -32,10 +32,10 @@ import torch.distributed as dist
 from cpcourse.attention import attention_with_lse
 from cpcourse.dist import (
     agree,
-    all_gather_single,
     check_rank,
     comm_device,
     forward_only,
+    gather_uneven,
     require_group,
     shard,
     shard_offsets,
@@ -127,18 +127,10 @@ def gather_frames(x: torch.Tensor, group=None) -> torch.Tensor:
     T_r may differ by one across ranks (and be 0): gloo cannot all-gather unequal sizes, so each
     rank pads its frames to the largest shard, all-gathers, and drops the padding.
     """
-    _, world = require_group(group, "gather_frames")
+    require_group(group, "gather_frames")
     forward_only("gather_frames", x)
     sizes = [s[2] for s in agree(group, seq_dim=2, x=x)["x"]]
-    most = max(sizes)
-    pad = x.new_zeros(*x.shape[:2], most, *x.shape[3:])
-    pad[:, :, :x.shape[2]] = x
-    buf = torch.empty(world * pad.shape[0], *pad.shape[1:], dtype=x.dtype,
-                      device=comm_device(group))  # the ranks' shards stacked along dim 0
-    with tracked("all_gather (gather_frames)", group=group):
-        all_gather_single(buf, pad.to(buf.device), group=group)
-    buf = buf.view(world, *pad.shape)
-    return torch.cat([buf[r, :, :, :n] for r, n in enumerate(sizes)], dim=2).to(x.device)
+    return gather_uneven(x, sizes, dim=2, group=group, what="gather_frames")
 
 
 # --- one-process references ----------------------------------------------------------------------

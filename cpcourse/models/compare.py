@@ -89,9 +89,9 @@ def tolerance(method: str, dtype: str = "float32", sample: bool = False) -> floa
 
 def check_spec(spec: dict, nproc: int) -> dict:
     """Everything a launch would only find out inside the ranks, checked here: one clear line."""
-    from cpcourse.models.parallel import METHODS, _divisors
+    from cpcourse.models.parallel import METHODS, _divisors, check_ulysses
     from cpcourse.models.tiny import arch_info, check_size, tokens
-    from cpcourse.support.errors import InputError, require
+    from cpcourse.support.errors import require
 
     info = arch_info(spec["arch"])
     require(spec["method"] in METHODS, f"--method must be one of {', '.join(METHODS)}, got "
@@ -109,10 +109,6 @@ def check_spec(spec: dict, nproc: int) -> dict:
     if spec["method"] == "usp" and u is not None:
         require(nproc % u == 0, f"--ulysses {u} must divide --nproc {nproc}: choose one of "
                 f"{', '.join(map(str, _divisors(nproc)))}")
-    if u is not None and heads % u:
-        works = [d for d in _divisors(heads) if nproc % d == 0]
-        raise InputError(f"Ulysses splits the {heads} heads of the tiny {info.id} over {u} "
-                         f"ranks: Ulysses degrees that work on {nproc} ranks are "
-                         f"{', '.join(map(str, works))} (--method usp --ulysses D); "
-                         "--method ring has no such limit")
+    if u is not None:
+        check_ulysses(heads, u, nproc, what=f"the tiny {info.id}'s")
     return {"tokens": n_tok}

@@ -55,6 +55,16 @@ def _divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
+def check_ulysses(heads: int, ulysses: int, world: int, what: str = "the model's") -> None:
+    """InputError unless `ulysses` divides the heads, naming the degrees that would work."""
+    if heads % ulysses:
+        works = [d for d in _divisors(heads) if d <= world and world % d == 0]
+        raise InputError(
+            f"Ulysses splits {what} {heads} heads over {ulysses} ranks, which does not divide "
+            f"them: Ulysses degrees that work on {world} ranks are {', '.join(map(str, works))} "
+            f"(method 'usp' with ulysses = one of those); the ring has no such limit")
+
+
 @dataclass
 class CPState:
     """What the hooks and processors share: groups, the method, this forward's split."""
@@ -99,13 +109,7 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
                 f"{', '.join(map(str, _divisors(cp.world)))}, got {ulysses!r}")
     else:
         ulysses = 1
-    if heads % ulysses:
-        works = [d for d in _divisors(heads) if d <= cp.world and cp.world % d == 0]
-        raise InputError(
-            f"Ulysses splits the model's {heads} heads over {ulysses} ranks, which does not divide"
-            f" them: Ulysses degrees that work here are {', '.join(map(str, works))} (method="
-            f"'usp' with ulysses=one of those on {cp.world} ranks); method='ring' has no such "
-            "limit")
+    check_ulysses(heads, ulysses, cp.world)
     cp.ulysses, cp.ring = ulysses, cp.world // ulysses
     cp.u_rank, cp.ring_rank = cp.rank % ulysses, cp.rank // ulysses
     if cp.method in ("ring", "allgather"):
@@ -165,9 +169,9 @@ def _split(cp: CPState, frames_here: int, per_frame: int, device) -> None:
     cp.u_lens = cp.lens[g0:g0 + cp.ulysses]
 
 
-def _pre_forward(cp: CPState):
+def _pre_forward(cp: CPState, params: list[str]):
+    """`params`: the forward's parameter names in order (found once, not at every call)."""
     def hook(model, args, kwargs):
-        params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
         args, kwargs = list(args), dict(kwargs)
 
         def get(name):
@@ -264,7 +268,8 @@ def parallelize(model, group=None, method: str = "ring", ulysses: int | None = N
     heads = cp_attention_modules(model)[0].heads
     _groups(cp, heads, ulysses)
     hooks = cp.handles
-    hooks.append(model.register_forward_pre_hook(_pre_forward(cp), with_kwargs=True))
+    params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
+    hooks.append(model.register_forward_pre_hook(_pre_forward(cp, params), with_kwargs=True))
     if info.id in ("wan", "wan2.2", "hunyuanvideo"):
         hooks.append(model.rope.register_forward_hook(
             _rope_hook(cp, "wan" if info.id.startswith("wan") else "hunyuan")))
