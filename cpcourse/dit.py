@@ -33,6 +33,7 @@ import torch
 from torch import nn
 
 from cpcourse import video
+from cpcourse.mesh import video_attention as mesh_video_attention
 from cpcourse.rope import rope_3d
 from cpcourse.support.errors import InputError, require
 
@@ -80,13 +81,15 @@ class DiTConfig:
 @dataclass(frozen=True)
 class CPContext:
     """Where this rank's frames sit: group (None = one process, whole video), first frame,
-    the token grid, and which CP method temporal / full attention use."""
+    the token grid, and which CP method temporal / full attention use. With `mesh`, the frames are
+    split over its ring x ulysses ranks and temporal / full attention run USP on it."""
 
     group: object = None
     frame_offset: int = 0
     grid: tuple[int, int] = (1, 1)           # (height, width) in tokens: S = h * w
     temporal_method: str = "all_to_all"
     full_method: str = "ring"
+    mesh: object = None                      # a cpcourse.mesh DeviceMesh: USP over ring x ulysses
 
 
 def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
@@ -140,18 +143,21 @@ class Attention(nn.Module):
     def __init__(self, cfg: DiTConfig, kind: str):
         super().__init__()
         self.cfg, self.kind = cfg, kind     # kind: "spatial", "temporal" or "full"
+        self.heads = cfg.heads              # the heads this rank holds (H / tp under TP)
         self.qkv = nn.Linear(cfg.hidden, 3 * cfg.hidden)
         self.proj = nn.Linear(cfg.hidden, cfg.hidden)
 
     def forward(self, x: torch.Tensor, ctx: CPContext) -> torch.Tensor:
         b, t, s, _ = x.shape
-        h, d = self.cfg.heads, self.cfg.head_dim
+        h, d = self.heads, self.cfg.head_dim
         # [B, T, S, 3*hidden] -> 3 x [B, H, T, S, D]
         q, k, v = self.qkv(x).view(b, t, s, 3, h, d).permute(3, 0, 4, 1, 2, 5).unbind(0)
         q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset)
         k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
         if self.kind == "spatial":
             out = video.spatial_attention(q, k, v)
+        elif ctx.mesh is not None:
+            out = mesh_video_attention(q, k, v, self.kind, ctx.mesh)
         elif self.kind == "temporal":
             out = (video.temporal_attention(q, k, v) if ctx.group is None else
                    video.temporal_attention_cp(q, k, v, ctx.group, method=ctx.temporal_method))

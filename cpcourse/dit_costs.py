@@ -1,4 +1,4 @@
-"""The memory model of the tiny video DiT under CP: peak tensor bytes per rank, predicted.
+"""The cost model of the tiny video DiT under CP: peak tensor bytes and bytes sent per rank.
 
     python -c "from cpcourse.dit_costs import *; from cpcourse.dit import DiTConfig; \
 print(predicted_peak_bytes(DiTConfig(), [1, 4, 8, 16, 16], 2, 0))"
@@ -75,3 +75,59 @@ def peak_phase(cfg, shape, world: int, rank: int, temporal_method: str = "all_to
     """Which phase sets the peak (e.g. "temporal" for the all-to-all's buffers)."""
     phases = phase_elements(cfg, shape, world, rank, temporal_method, full_method)
     return max(phases, key=phases.get)
+
+
+# --- traffic per mesh dim -----------------------------------------------------------------------
+
+def _usp_elements(batch: int, heads: int, head_dim: int, lens: list[int], layout, cp_rank: int,
+                  ) -> tuple[int, int]:
+    """Elements one USP attention call sends over (ulysses, ring), read off `cpcourse.mesh`.
+
+    lens: the sequence length of every cp rank's shard (cp_rank order). Ulysses: q, k, v go out
+    but for my own head group ((U-1) of U parts of 3 tensors), the output comes back the same
+    way. Ring: at each of R-1 hops I pass on the K/V block I hold, whose length is the block of
+    ring rank (r - s) mod R: after the all-to-all, a ring rank's block is its Ulysses group's.
+    """
+    u, ring = layout.ulysses, layout.ring
+    r = cp_rank // u
+    hp = heads // u
+    blocks = [sum(lens[g * u:(g + 1) * u]) for g in range(ring)]
+    ulysses = 0
+    if u > 1:
+        ulysses = batch * hp * head_dim * (3 * (u - 1) * lens[cp_rank] + blocks[r] - lens[cp_rank])
+    ring_elems = sum(2 * batch * hp * head_dim * blocks[(r - s) % ring] for s in range(ring - 1))
+    return ulysses, ring_elems
+
+
+def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4) -> dict:
+    """Bytes global `rank` sends per denoising step on each mesh dim, predicted from the code.
+
+    cfg: a DiTConfig; shape: the whole latent `[B, C, T, Hl, Wl]`; layout: a
+    `cpcourse.mesh.Layout`. Per forward: every temporal or full attention runs USP over
+    (ring, ulysses) on the rank's B_loc = 2B / cfg samples and H / tp heads; every attention and
+    MLP ends in one tp all-reduce of `[B_loc, T_r, S, hidden]` (counted as a ring all-reduce,
+    2 (T - 1) / T of the buffer); the cfg dim all-gathers the prediction `[B, T_r, S, C p p]`
+    once. Equal to what `count_bytes` measures, byte for byte (tests/dist/test_mesh.py).
+    """
+    from cpcourse.tensor_parallel import all_reduces_per_step
+
+    b, c, t, hl, wl = shape
+    s = (hl // cfg.patch) * (wl // cfg.patch)
+    co = layout.coords(rank)
+    cp_rank = co["ring"] * layout.ulysses + co["ulysses"]
+    frames = shard_sizes(t, layout.cp)
+    b_loc = b if layout.cfg == 2 else 2 * b
+    heads = cfg.heads // layout.tp
+    if cfg.attention == "full":
+        u_el, r_el = _usp_elements(b_loc, heads, cfg.head_dim, [f * s for f in frames], layout,
+                                   cp_rank)
+    else:  # temporal attention: S sequences over the frames, one per spatial position
+        u_el, r_el = _usp_elements(b_loc * s, heads, cfg.head_dim, frames, layout, cp_rank)
+    tokens = b_loc * frames[cp_rank] * s
+    payload = tokens * cfg.hidden * elem_bytes
+    tp_t = layout.tp
+    return {"cfg": (b * frames[cp_rank] * s * c * cfg.patch ** 2 * elem_bytes
+                    if layout.cfg == 2 else 0),
+            "ring": cfg.depth * r_el * elem_bytes,
+            "ulysses": cfg.depth * u_el * elem_bytes,
+            "tp": all_reduces_per_step(cfg) * (2 * (tp_t - 1) * payload // tp_t)}

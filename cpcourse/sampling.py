@@ -17,6 +17,7 @@ import time
 import torch
 
 from cpcourse.dit import CPContext, DiTConfig, build_model, load_weights, patchify, unpatchify
+from cpcourse.mesh import cfg_branch, cfg_combine
 from cpcourse.video import frame_offset
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -28,14 +29,16 @@ def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
 
 
-def _labels(cfg, label, b: int) -> torch.Tensor:
+def _labels(cfg, label, b: int, branch: str = "both") -> torch.Tensor:
     """Conditional then unconditional labels for a batch of 2B: `[2B]`, or `[2B, 2]` when the
-    model has a second (motion) label and `label` is a (shape, motion) pair."""
+    model has a second (motion) label and `label` is a (shape, motion) pair. Under CFG-parallel
+    (`branch` "cond" or "uncond") only that half: `[B]`."""
     label = tuple(label) if isinstance(label, (tuple, list)) else (label,)
     null = cfg.null_label
     if len(label) != len(null):
         raise ValueError(f"this model takes {len(null)} label(s), got {label}")
-    y = torch.tensor([label] * b + [null] * b)
+    rows = {"both": [label] * b + [null] * b, "cond": [label] * b, "uncond": [null] * b}[branch]
+    y = torch.tensor(rows)
     return y if cfg.num_motions else y[:, 0]
 
 
@@ -56,18 +59,22 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
     b, c, _, hl, wl = noise_frames.shape
     grid = (hl // cfg.patch, wl // cfg.patch)
     ctx = ctx or CPContext(grid=grid)
+    branch = cfg_branch(ctx.mesh)
     x = patchify(noise_frames, cfg.patch)
-    y = _labels(cfg, label, b)
+    y = _labels(cfg, label, b, branch)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         start = time.perf_counter()
-        t = torch.full((2 * b,), float(times[i]), dtype=x.dtype)
-        out = model(torch.cat([x, x]), t, y, ctx)
-        cond, uncond = out.chunk(2)
-        guided = uncond + cfg_scale * (cond - uncond)
+        t = torch.full((y.shape[0],), float(times[i]), dtype=x.dtype)
+        out = model(torch.cat([x, x]) if branch == "both" else x, t, y, ctx)
+        if branch == "both":
+            cond, uncond = out.chunk(2)
+            guided = uncond + cfg_scale * (cond - uncond)
+        else:  # CFG-parallel: the other half of the pair is on the other cfg rank
+            guided = cfg_combine(out, ctx.mesh, cfg_scale)
         v = (x - guided) / float(times[i]) if cfg.prediction == "sample" else guided
         x = x + float(times[i + 1] - times[i]) * v
-        del v, out, cond, uncond, guided
+        del v, out, guided
         if step_times is not None:
             step_times.append(time.perf_counter() - start)
         if trajectory is not None:
@@ -115,3 +122,45 @@ def generate_rank(spec: dict) -> dict:
                                      ctx.full_method, elem_bytes=noise.element_size())
     return {"rank": rank, "frames": out, "peak_bytes": peak, "predicted_peak_bytes": predicted,
             "step_seconds": times}
+
+
+def generate_mesh_rank(spec: dict) -> dict:
+    """`generate_rank` on a `cpcourse.mesh` layout (`spec["layout"]`): cfg x ring x ulysses x tp.
+
+    Each rank samples the frames of its cp rank (ring x ulysses) for its cfg branch with its
+    tp share of the heads; it returns them with its mesh coordinates and the bytes it sent per
+    mesh dim during sampling, measured, beside `dit_costs.predicted_bytes_per_step`.
+    """
+    import torch.distributed as dist
+
+    from cpcourse.dit_costs import predicted_bytes_per_step
+    from cpcourse.memory import peak_memory
+    from cpcourse.mesh import Layout, bytes_by_dim, cp_coords, make_mesh
+    from cpcourse.support.bytecount import count_bytes
+    from cpcourse.tensor_parallel import tensor_parallel
+
+    layout = Layout(**spec["layout"])
+    rank = dist.get_rank()
+    model = spec_model(spec)
+    cfg = model.cfg
+    mesh = make_mesh(**layout.as_dict(), heads=cfg.heads)
+    if layout.tp > 1:
+        tensor_parallel(model, mesh.get_group("tp"))
+    dtype = DTYPES[spec["dtype"]]
+    b, c, t, hl, wl = spec["shape"]
+    cp_rank, cp_world = cp_coords(mesh)
+    noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), cp_world,
+                               dim=2)[cp_rank].contiguous()
+    ctx = CPContext(mesh=mesh, frame_offset=frame_offset(t, cp_rank, cp_world),
+                    grid=(hl // cfg.patch, wl // cfg.patch))
+    times: list[float] = []
+    with count_bytes() as sent:
+        out, peak = peak_memory(sample, model, noise, spec["label"], spec["steps"],
+                                spec["cfg_scale"], ctx, times)
+    steps = spec["steps"]
+    measured = {k: v // steps for k, v in bytes_by_dim(sent, mesh).items()}
+    return {"rank": rank, "coords": layout.coords(rank), "cp_rank": cp_rank, "frames": out,
+            "peak_bytes": peak, "step_seconds": times, "bytes_per_step": measured,
+            "bytes_total": sent.total,
+            "predicted_bytes_per_step": predicted_bytes_per_step(
+                cfg, spec["shape"], layout, rank, noise.element_size())}

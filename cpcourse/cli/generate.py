@@ -49,8 +49,12 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
                  attention: str | None = None, temporal_method: str = "all_to_all",
                  full_method: str = "ring", dtype: str = "fp32", weight_seed: int = 0,
                  model: dict | None = None, compare: bool = False, timeout: float = 120.0,
-                 stream=False) -> dict:
+                 stream=False, layout=None) -> dict:
     """Sample on `nproc` processes.
+
+    `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
+    `cpcourse.mesh.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
+    ulysses x tp, the frames split over ring x ulysses, attention by USP.
 
     Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
     only, else None), "report": {...}}. `weights`: "shipped", a file from `cpcourse train`, or
@@ -77,8 +81,11 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
     require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
     require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    require(nproc <= frames, f"--nproc {nproc} is more than the {frames} latent frames to split: "
-            f"use --nproc {frames} or fewer, or more --frames")
+    if layout is not None:
+        layout = _layout(layout, nproc)
+    cp = nproc if layout is None else layout.cp
+    require(cp <= frames, f"{'--nproc' if layout is None else 'ring x ulysses'} {cp} is more "
+            f"than the {frames} latent frames to split: use {frames} or fewer, or more --frames")
     if trained:
         cfg = trained_cfg
         require(label is None, "--label conditions the random model: the trained model takes "
@@ -98,7 +105,11 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
         label = 3 if label is None else label
         require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
         cond = label
-    if cfg.attention == "full" and full_method == "ulysses":  # found before start-up, not in a rank
+    if layout is not None:
+        from cpcourse.mesh import check_layout
+
+        check_layout(layout, nproc, cfg.heads)
+    elif cfg.attention == "full" and full_method == "ulysses":  # found before start-up
         works = [p for p in range(1, cfg.heads + 1) if cfg.heads % p == 0]
         require(cfg.heads % nproc == 0,
                 f"--full ulysses splits the model's {cfg.heads} heads over the {nproc} ranks: use "
@@ -114,9 +125,14 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
             "steps": positive_int("--steps", steps), "cfg_scale": cfg_scale,
             "label": cond, "temporal_method": temporal_method, "full_method": full_method}
     require(steps <= 1000, f"--steps {steps}: use at most 1000")
-    results = launch("cpcourse.sampling:generate_rank", nproc, timeout=timeout, args=(spec,),
+    if layout is not None:
+        spec["layout"] = layout.as_dict()
+    target = "generate_rank" if layout is None else "generate_mesh_rank"
+    results = launch(f"cpcourse.sampling:{target}", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
-    latents = torch.cat([r["frames"] for r in results], dim=2)
+    mesh_report = {} if layout is None else _mesh_report(results, layout)
+    shards = results if layout is None else mesh_report.pop("shards")
+    latents = torch.cat([r["frames"] for r in shards], dim=2)
     steps_s = [max(r["step_seconds"][i] for r in results) for i in range(steps)]
     report = {"nproc": nproc, "seed": seed, "weights": weights if not trained else path,
               "shape": spec["shape"], "dtype": dtype, "attention": cfg.attention,
@@ -124,15 +140,17 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
               "cfg_scale": float(cfg_scale),
               "frames_per_rank": [r["frames"].shape[2] for r in results],
               "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
-              "predicted_peak_bytes_per_rank": [int(r["predicted_peak_bytes"]) for r in results],
               "seconds": round(max(sum(r["step_seconds"]) for r in results), 4),
               "seconds_per_step": sorted(steps_s)[len(steps_s) // 2],
               "launch_seconds": round(results.seconds, 3),
               "latent_abs_mean": float(latents.abs().mean()), "model": cfg.as_dict()}
-    worst = max(abs(m / p - 1) for m, p in zip(report["peak_bytes_per_rank"],
-                                               report["predicted_peak_bytes_per_rank"],
-                                               strict=True))
-    report["peak_vs_predicted_worst_rel_err"] = worst
+    if layout is None:
+        report["predicted_peak_bytes_per_rank"] = [int(r["predicted_peak_bytes"])
+                                                   for r in results]
+        report["peak_vs_predicted_worst_rel_err"] = max(
+            abs(m / p - 1) for m, p in zip(report["peak_bytes_per_rank"],
+                                           report["predicted_peak_bytes_per_rank"], strict=True))
+    report.update(mesh_report)
     clip = to_clip(latents) if trained else None
     if trained:
         seen = track(clip)
@@ -152,6 +170,28 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     return {"latents": latents, "clip": clip, "report": report}
 
 
+def _layout(layout, nproc: int):
+    from cpcourse.mesh import Layout
+
+    layout = Layout.parse(layout) if isinstance(layout, str) else layout
+    require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
+            f"{layout.world} (or leave --nproc out)")
+    return layout
+
+
+def _mesh_report(results, layout) -> dict:
+    """The frame shards (cfg 0, tp 0 of each cp rank, in order), whether the replicas on the
+    other cfg and tp ranks hold the same frames, and the bytes per mesh dim per step."""
+    shards = sorted((r for r in results if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
+                    key=lambda r: r["cp_rank"])
+    same = all(torch.equal(r["frames"], shards[r["cp_rank"]]["frames"]) for r in results)
+    measured = [r["bytes_per_step"] for r in results]
+    predicted = [r["predicted_bytes_per_step"] for r in results]
+    return {"shards": shards, "layout": layout.as_dict(), "replicas_identical": bool(same),
+            "bytes_per_step_by_dim": measured, "predicted_bytes_per_step_by_dim": predicted,
+            "bytes_match_prediction": measured == predicted}
+
+
 def build_parser() -> argparse.ArgumentParser:
     from cpcourse.support.errors import ArgumentParser
 
@@ -161,7 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--list-prompts", action="store_true", help="print the prompt ids and stop")
     p.add_argument("--weights", default="shipped",
                    help="shipped (default), a file from `cpcourse train`, or random")
-    p.add_argument("--nproc", type=int, default=2, help="processes (CP degree), default 2")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="processes (CP degree), default 2 (with --layout: its world size)")
+    p.add_argument("--layout", default=None,
+                   help="a mesh, e.g. cfg=2,ulysses=2,ring=1,tp=1 (degrees multiply to --nproc)")
     p.add_argument("--seed", type=int, default=0, help="noise seed")
     p.add_argument("--save", default=None,
                    help="write the clip [T, 3, H, W] (random weights: the latents) here")
@@ -287,6 +330,9 @@ def main(argv: list[str]) -> int:
         print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
         return 0
     if args.window is not None or args.stride is not None:
+        require(args.layout is None, "--layout is for one clip: windows take --parallel "
+                "windows|cp over --nproc ranks")
+        args.nproc = 2 if args.nproc is None else args.nproc
         return _main_long(args)
     for flag, val, default in (("--blend", args.blend, "pyramid"),
                                ("--noise", args.noise, "independent"),
@@ -306,12 +352,23 @@ def main(argv: list[str]) -> int:
     other = _load_compare(args.compare_to) if args.compare_to else None
     if args.save:
         _check_out("--save", args.save)
+    layout = None
+    if args.layout is not None:
+        from cpcourse.mesh import Layout
+
+        for flag, val in (("--temporal", args.temporal), ("--full", args.full)):
+            require(val is None, f"{flag} is for plain CP: under --layout attention runs USP "
+                    "over the ring and ulysses dims")
+        layout = Layout.parse(args.layout)
+        args.nproc = layout.world if args.nproc is None else args.nproc
+    args.nproc = 2 if args.nproc is None else args.nproc
     res = run_generate(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
                        frames=args.frames, height=args.height, width=args.width,
                        steps=args.steps, cfg_scale=args.cfg, label=args.label,
                        attention=args.attention, temporal_method=args.temporal or "all_to_all",
                        full_method=args.full or "ring", dtype=args.dtype, compare=args.compare,
-                       timeout=args.timeout, stream=False if args.json else True)
+                       timeout=args.timeout, stream=False if args.json else True,
+                       layout=layout)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
@@ -332,9 +389,17 @@ def main(argv: list[str]) -> int:
         print(f"  the tracker sees: a {tr['shape']} moving {tr['direction']}, one object in "
               f"{100 * tr['present_fraction']:.0f}% of frames "
               f"({'matches' if report['matches_prompt'] else 'does NOT match'} the prompt)")
-    for r, (m, p) in enumerate(zip(report["peak_bytes_per_rank"],
-                                   report["predicted_peak_bytes_per_rank"], strict=True)):
-        print(f"  rank {r}: peak tensor memory {mb(m)} measured, {mb(p)} predicted")
+    if "layout" in report:
+        print(f"  layout {layout}: replicas identical {report['replicas_identical']}, bytes per "
+              f"step as predicted {report['bytes_match_prediction']}")
+        for r, (m, sent) in enumerate(zip(report["peak_bytes_per_rank"],
+                                          report["bytes_per_step_by_dim"], strict=True)):
+            dims = ", ".join(f"{k} {v / 1e3:.1f} kB" for k, v in sent.items() if v)
+            print(f"  rank {r}: peak tensor memory {mb(m)}; sent per step: {dims or 'nothing'}")
+    else:
+        for r, (m, p) in enumerate(zip(report["peak_bytes_per_rank"],
+                                       report["predicted_peak_bytes_per_rank"], strict=True)):
+            print(f"  rank {r}: peak tensor memory {mb(m)} measured, {mb(p)} predicted")
     if "max_abs_diff_vs_single_process" in report:
         print(f"  max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g}")
     if "max_abs_diff_vs_compare" in report:

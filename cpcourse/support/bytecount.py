@@ -38,10 +38,14 @@ class SentBytes:
     total: int = 0
     by_op: dict = field(default_factory=dict)
     calls: int = 0
+    by_group: dict = field(default_factory=dict)  # {process group: bytes}; WORLD for None
 
-    def add(self, op: str, nbytes: int) -> None:
+    def add(self, op: str, nbytes: int, group=None) -> None:
         self.total += int(nbytes)
         self.by_op[op] = self.by_op.get(op, 0) + int(nbytes)
+        if nbytes:
+            key = group if group is not None else dist.group.WORLD
+            self.by_group[key] = self.by_group.get(key, 0) + int(nbytes)
         self.calls += 1
 
 
@@ -94,6 +98,19 @@ def _bytes_of(name: str, args, kwargs) -> int:
     return 0
 
 
+def _group_of(name: str, args, kwargs):
+    """The process group one call of `torch.distributed.<name>` runs on (None: the world)."""
+    if name == "batch_isend_irecv":
+        ops = args[0] if args else kwargs.get("p2p_op_list", [])
+        return ops[0].group if ops else None
+    if "group" in kwargs:
+        return kwargs["group"]
+    position = {"send": 2, "all_to_all_single": 4, "all_gather_into_tensor": 2,
+                "all_gather_single": 2, "all_gather": 2, "all_reduce": 2,
+                "reduce_scatter_tensor": 3, "broadcast": 2}.get(name)
+    return args[position] if position is not None and len(args) > position else None
+
+
 _ACTIVE: list[SentBytes] = []
 
 
@@ -116,8 +133,9 @@ def count_bytes():
 
             def wrapper(*args, __name=name, __fn=fn, **kwargs):
                 nbytes = _bytes_of(__name, args, kwargs)
+                group = _group_of(__name, args, kwargs) if nbytes else None
                 for c in _ACTIVE:
-                    c.add(__name, nbytes)
+                    c.add(__name, nbytes, group)
                 return __fn(*args, **kwargs)
 
             setattr(dist, name, functools.wraps(fn)(wrapper))

@@ -1,0 +1,281 @@
+"""Combining parallelisms on a DeviceMesh: CFG-parallel x ring x Ulysses x tensor parallel.
+
+    cpcourse generate --nproc 4 --layout cfg=2,ulysses=2 --compare --json
+
+A world of P ranks is laid out as a 4-D grid `cfg x ring x ulysses x tp = P`, outer to inner, so
+rank = ((c * R + r) * U + u) * T + t. The inner dims vary fastest, so the chattiest axes (tp: an
+all-reduce after every attention and MLP; ulysses: four all-to-alls per attention) sit on
+neighbouring ranks, which on a real cluster means inside one node, on NVLink. The ring passes
+K/V blocks point to point and overlaps them with compute, so it tolerates the slower links across
+nodes; cfg exchanges one prediction per denoising step and can go anywhere.
+
+What each dim does to a rank's work (B videos, L tokens, H heads):
+    cfg      the conditional pass on cfg rank 0, the unconditional on cfg rank 1 (batch B, not 2B);
+             one all-gather of the prediction per step, the guided update the same on both
+    ring     frames split over R x U ranks; K/V blocks passed around the ring (`cpcourse.ring`)
+    ulysses  inside a ring rank's group of U, an all-to-all trades the sequence split for a head
+             split, so the ring then runs on U times longer blocks with H / (U T) heads
+    tp       heads and MLP columns split over T ranks (`cpcourse.tensor_parallel`); every tp rank
+             holds the same tokens, so TP divides weights and FLOPs, not activations
+Heads must divide by U x T (the head limit USP lifts: the ring has none). `make_mesh` refuses
+anything else with the layouts that would work.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.attention import attention_with_lse
+from cpcourse.dist import (
+    DEFAULT_TIMEOUT_S,
+    ENV_TIMEOUT,
+    agree,
+    all_gather_single,
+    forward_only,
+    require_group,
+)
+from cpcourse.ring import ring_attention
+from cpcourse.support.errors import InputError, require
+from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
+from cpcourse.video import batch_to_positions, flatten_video, positions_to_batch
+
+DIMS = ("cfg", "ring", "ulysses", "tp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees of the four mesh dims; their product is the world size."""
+
+    cfg: int = 1
+    ring: int = 1
+    ulysses: int = 1
+    tp: int = 1
+
+    def __post_init__(self):
+        for name in DIMS:
+            value = getattr(self, name)
+            require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096,
+                    f"layout {name} must be a whole number from 1 to 4096, got {value!r}")
+        require(self.cfg in (1, 2), f"cfg must be 1 or 2 (the conditional and unconditional "
+                f"passes are two), got {self.cfg}")
+
+    @property
+    def world(self) -> int:
+        return self.cfg * self.ring * self.ulysses * self.tp
+
+    @property
+    def cp(self) -> int:
+        """Ranks the frames are split over: ring x ulysses."""
+        return self.ring * self.ulysses
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.cfg, self.ring, self.ulysses, self.tp)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Mesh coordinates of global `rank`: {"cfg": c, "ring": r, "ulysses": u, "tp": t}."""
+        require(0 <= rank < self.world, f"rank {rank} is not in a layout of {self.world} ranks")
+        out, rest = {}, rank
+        for name, size in reversed(list(zip(DIMS, self.shape, strict=True))):
+            out[name], rest = rest % size, rest // size
+        return {name: out[name] for name in DIMS}
+
+    def __str__(self) -> str:
+        parts = [f"{n}{getattr(self, n)}" for n in DIMS if getattr(self, n) > 1]
+        return " x ".join(parts) or "one rank"
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """"cfg=2,ulysses=2" -> Layout(cfg=2, ulysses=2); dims left out are 1."""
+        require(isinstance(text, str) and text.strip(),
+                "layout: give dims as cfg=C,ring=R,ulysses=U,tp=T (any subset)")
+        values: dict[str, int] = {}
+        for part in text.split(","):
+            m = re.fullmatch(r"\s*([a-z]+)\s*=\s*(\d{1,4})\s*", part)
+            require(m is not None and m.group(1) in DIMS,
+                    f"layout {text!r}: each part must be NAME=N with NAME one of "
+                    f"{', '.join(DIMS)}, got {part.strip()!r}")
+            require(m.group(1) not in values, f"layout {text!r}: {m.group(1)} given twice")
+            values[m.group(1)] = int(m.group(2))
+        return cls(**values)
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(world: int, heads: int | None = None, cfg: bool = True) -> list[Layout]:
+    """Every layout of `world` ranks whose Ulysses x TP degree divides `heads` (when given);
+    `cfg=False` (a guidance-distilled model: one forward per step) keeps cfg at 1."""
+    require(isinstance(world, int) and 1 <= world <= 4096,
+            f"world must be a whole number from 1 to 4096, got {world!r}")
+    found = []
+    for c in ((1, 2) if cfg else (1,)):
+        if world % c:
+            continue
+        for t in _divisors(world // c):
+            for u in _divisors(world // (c * t)):
+                if heads is None or heads % (u * t) == 0:
+                    found.append(Layout(cfg=c, ring=world // (c * t * u), ulysses=u, tp=t))
+    return found
+
+
+def _listing(options: list[Layout], limit: int = 8) -> str:
+    text = "; ".join(str(o) for o in options[:limit])
+    return text + (f"; and {len(options) - limit} more" if len(options) > limit else "")
+
+
+def check_layout(layout: Layout, world: int | None = None, heads: int | None = None) -> Layout:
+    """The layout, or an InputError naming what to change and the layouts that would work."""
+    if world is not None and layout.world != world:
+        raise InputError(
+            f"layout {layout} needs {layout.world} ranks but the world has {world}: the degrees "
+            f"must multiply to the world size, e.g. {_listing(layouts(world, heads))}")
+    if heads is not None and heads % (layout.ulysses * layout.tp):
+        raise InputError(
+            f"layout {layout}: ulysses x tp = {layout.ulysses * layout.tp} does not divide the "
+            f"{heads} heads (Ulysses and TP both split heads); layouts of {layout.world} ranks "
+            f"that work: {_listing(layouts(layout.world, heads))} (the ring has no head limit)")
+    return layout
+
+
+def _short_timeout(backend: str):
+    """Options that give a mesh dim's groups the default group's short timeout: DeviceMesh's
+    subgroups otherwise get c10d's default of 30 minutes, and a mismatch would hang that long."""
+    seconds = float(os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S)
+    opts = (dist.ProcessGroupNCCL.Options() if backend == "nccl"
+            else dist.ProcessGroupGloo._Options())
+    opts._timeout = timedelta(seconds=seconds)
+    return opts
+
+
+def make_mesh(cfg: int = 1, ring: int = 1, ulysses: int = 1, tp: int = 1,
+              heads: int | None = None):
+    """A torch DeviceMesh over the whole world, dims named ("cfg", "ring", "ulysses", "tp").
+
+    Must be called by every rank (it creates the groups of every dim). `heads`, when given, is
+    checked against ulysses x tp. Every dim's group gets the short timeout of the default group.
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    layout = Layout(cfg=cfg, ring=ring, ulysses=ulysses, tp=tp)
+    _, world = require_group(None, "make_mesh")
+    check_layout(layout, world, heads)
+    backend = dist.get_backend()
+    device = "cuda" if backend == "nccl" else "cpu"
+    override = {name: (backend, _short_timeout(backend)) for name in DIMS}
+    return init_device_mesh(device, layout.shape, mesh_dim_names=DIMS,
+                            backend_override=override)
+
+
+def layout_of(mesh) -> Layout:
+    """The Layout of a mesh `make_mesh` built."""
+    return Layout(**{name: mesh.size(i) for i, name in enumerate(mesh.mesh_dim_names)})
+
+
+def cp_coords(mesh) -> tuple[int, int]:
+    """(cp_rank, cp_world): which frame shard this rank holds, over ring x ulysses ranks.
+    Ring-major, so a Ulysses group's shards are neighbours in the sequence."""
+    r, u = mesh.get_local_rank("ring"), mesh.get_local_rank("ulysses")
+    return r * mesh.size(2) + u, mesh.size(1) * mesh.size(2)
+
+
+def usp_attention(q, k, v, mesh, scale=None):
+    """Attention of this rank's sequence shard over the whole sequence, Ulysses inside the
+    `ulysses` dim, the ring across the `ring` dim (USP).
+
+    q, k, v `[B, H, L_r, D]`: this rank's contiguous shard, cp_rank order (`cp_coords`), of the
+    heads this rank holds (all of them, or H / tp under TP). Returns out `[B, H, L_r, D]`.
+    After the all-to-all a rank holds its Ulysses group's U shards, which are neighbours in the
+    sequence: one contiguous block of the ring, with H / U heads. U must divide H.
+    """
+    u_group, ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
+    u, ring = mesh.size(2), mesh.size(1)
+    forward_only("usp_attention", q, k, v)
+    if u == 1:
+        out = ring_attention(q, k, v, group=ring_group, scale=scale) if ring > 1 else \
+            attention_with_lse(q, k, v, scale=scale)[0].to(q.dtype)
+        return out
+    require(q.shape == k.shape == v.shape,
+            f"usp_attention takes self-attention shards of one shape, got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[1] % u:
+        raise InputError(f"usp_attention: the Ulysses degree {u} does not divide the {q.shape[1]}"
+                         f" heads this rank holds: choose ulysses from "
+                         f"{', '.join(map(str, _divisors(q.shape[1])))}")
+    lens = [s[2] for s in agree(u_group, q=q)["q"]]
+    qh, kh, vh = _seq_to_heads(torch.stack([q, k, v]), lens, u_group, "q, k, v")
+    if ring > 1:
+        out = ring_attention(qh, kh, vh, group=ring_group, scale=scale)
+    else:
+        out = attention_with_lse(qh, kh, vh, scale=scale)[0].to(q.dtype)
+    del qh, kh, vh
+    return _heads_to_seq(out.contiguous(), lens, mesh.get_local_rank("ulysses"), u_group)
+
+
+def video_attention(q, k, v, kind: str, mesh, scale=None):
+    """Temporal or full 3D attention of this rank's frames `[B, H, T_r, S, D]`, by USP on `mesh`.
+
+    "full": the frames flatten to a contiguous run of the global sequence. "temporal": each of
+    the S positions is its own sequence over time, so positions fold into the batch first.
+    """
+    b, _, _, s, _ = q.shape
+    if kind == "full":
+        out = usp_attention(*(flatten_video(x) for x in (q, k, v)), mesh, scale=scale)
+        return out.reshape(q.shape)
+    require(kind == "temporal", f"kind must be 'temporal' or 'full', got {kind!r}")
+    out = usp_attention(*(positions_to_batch(x) for x in (q, k, v)), mesh, scale=scale)
+    return batch_to_positions(out, b, s).contiguous()
+
+
+def cfg_branch(mesh) -> str:
+    """"both" without CFG-parallel; else "cond" on cfg rank 0 and "uncond" on cfg rank 1."""
+    if mesh is None or mesh.size(0) == 1:
+        return "both"
+    return ("cond", "uncond")[mesh.get_local_rank("cfg")]
+
+
+def cfg_combine(pred: torch.Tensor, mesh, scale: float) -> torch.Tensor:
+    """Classifier-free guidance across the cfg dim: this rank's prediction in (its branch,
+    `cfg_branch`), the guided one out, `uncond + scale * (cond - uncond)`, the same on both.
+
+    One all-gather of a prediction-sized tensor per denoising step: that is all CFG-parallel
+    sends, against an all-to-all or a ring per attention layer for the sequence dims.
+    """
+    require(mesh.size(0) == 2, "cfg_combine needs a mesh with cfg = 2")
+    group = mesh.get_group("cfg")
+    both = pred.new_empty((2,) + tuple(pred.shape))
+    all_gather_single(both, pred.contiguous(), group=group)
+    cond, uncond = both[0], both[1]
+    return uncond + scale * (cond - uncond)
+
+
+def group_names(mesh) -> dict:
+    """{process group: dim name} for the dims of `mesh` with more than one rank, to read a
+    `count_bytes()` counter's `by_group` per mesh dim."""
+    out = {}
+    for i, name in enumerate(mesh.mesh_dim_names):
+        if mesh.size(i) > 1:
+            out[mesh.get_group(name)] = name
+    return out
+
+
+def bytes_by_dim(sent, mesh) -> dict[str, int]:
+    """Bytes a `count_bytes()` counter saw, per mesh dim (every dim present, 0 when idle);
+    traffic on any other group is reported under "other"."""
+    names = group_names(mesh)
+    out = {name: 0 for name in DIMS}
+    for group, nbytes in sent.by_group.items():
+        out[names.get(group, "other")] = out.get(names.get(group, "other"), 0) + nbytes
+    if not out.get("other"):
+        out.pop("other", None)
+    return out
