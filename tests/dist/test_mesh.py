@@ -1,0 +1,164 @@
+"""The tiny DiT on a cfg x ring x ulysses x tp mesh: the same sample as one process for every
+layout, bytes per mesh dim equal to the cost model's, groups and refusals.
+
+One launch of 4 ranks runs every 4-rank layout the issue names (for a full-3D and a factored
+model, odd frame counts so the shards are uneven), torch's own tensor-parallel layers beside
+ours, and the refusals; one launch of 8 ranks runs the 3-D layouts.
+"""
+
+import pytest
+import torch
+
+from cpcourse.dit import DiTConfig
+from cpcourse.launch import launch
+from cpcourse.mesh import Layout
+from cpcourse.sampling import single_process_sample
+
+pytestmark = pytest.mark.dist
+
+LAYOUTS_4 = ["cfg=2,ring=2", "cfg=2,ulysses=2", "ulysses=2,ring=2", "tp=2,ring=2", "cfg=2,tp=2",
+             "tp=4", "ring=4", "ulysses=4"]
+LAYOUTS_8 = ["cfg=2,ulysses=2,ring=2", "tp=2,ulysses=2,ring=2"]
+
+
+def _spec(attention: str, frames: int) -> dict:
+    cfg = DiTConfig(attention=attention, hidden=32, heads=4, depth=2)
+    return {"model": cfg.as_dict(), "weights": None, "dtype": "fp32", "weight_seed": 3,
+            "seed": 11, "shape": [1, 4, frames, 8, 8], "steps": 2, "cfg_scale": 3.0,
+            "label": 2, "temporal_method": "all_to_all", "full_method": "ring"}
+
+
+SPECS = {"full": _spec("full", 5), "factored": _spec("factored", 7)}
+
+
+def on_mesh(layouts: list[str]) -> dict:
+    """Every rank: each model under each layout (frames, coords, bytes), then the checks that
+    need a live group."""
+    import torch.distributed as dist
+
+    from cpcourse.mesh import make_mesh
+    from cpcourse.sampling import generate_mesh_rank
+    from cpcourse.support.errors import InputError
+
+    out: dict = {"runs": {}}
+    for name, spec in SPECS.items():
+        for text in layouts:
+            layout = Layout.parse(text)
+            out["runs"][(name, text)] = generate_mesh_rank({**spec, "layout": layout.as_dict()})
+    world = dist.get_world_size()
+    refusals = []
+    for kwargs in ({"ring": world + 1}, {"ulysses": world, "heads": world + 1},
+                   {"cfg": 2, "ring": world}):
+        try:
+            make_mesh(**kwargs)
+            refusals.append(None)
+        except InputError as exc:
+            refusals.append(str(exc))
+    out["refusals"] = refusals
+    mesh = make_mesh(cfg=2, ulysses=world // 2)
+    out["groups"] = {n: dist.get_process_group_ranks(mesh.get_group(n)) for n in ("cfg", "ulysses")}
+    opts = mesh.get_group("ulysses")._get_backend(torch.device("cpu")).options
+    out["timeout_s"] = opts._timeout.total_seconds()
+    if world == 4:
+        out["torch_tp"] = _torch_tp_vs_ours()
+    return out
+
+
+def _torch_tp_vs_ours() -> float:
+    """Our column/row-parallel MLP against torch's parallelize_module on gloo."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        RowwiseParallel,
+        parallelize_module,
+    )
+
+    from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, _span
+
+    gen = torch.Generator().manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=gen))
+    x = torch.randn(3, 5, 8, generator=gen)
+    mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("tp",))
+    group = mesh.get_group("tp")
+    rank = mesh.get_local_rank("tp")
+    cols = _span(32, rank, 4)
+    ours = torch.nn.Sequential(ColumnParallelLinear(mlp[0], cols), torch.nn.GELU(),
+                               RowParallelLinear(mlp[2], cols, group))
+    with torch.no_grad():
+        mine = ours(x)
+        parallelize_module(mlp, mesh, {"0": ColwiseParallel(), "2": RowwiseParallel()})
+        theirs = mlp(x)
+        theirs = theirs.wait() if hasattr(theirs, "wait") else theirs
+    return float((mine - theirs).abs().max())
+
+
+@pytest.fixture(scope="module")
+def runs():
+    refs = {name: single_process_sample(spec) for name, spec in SPECS.items()}
+    return refs, {4: launch(f"{__file__}:on_mesh", 4, timeout=240, args=(LAYOUTS_4,),
+                            stream=False),
+                  8: launch(f"{__file__}:on_mesh", 8, timeout=240, args=(LAYOUTS_8,),
+                            stream=False)}
+
+
+def _assemble(results, key):
+    per_rank = [r["runs"][key] for r in results]
+    shards = sorted((r for r in per_rank if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
+                    key=lambda r: r["cp_rank"])
+    return torch.cat([r["frames"] for r in shards], dim=2), per_rank
+
+
+@pytest.mark.parametrize("world", [4, 8])
+@pytest.mark.parametrize("model", ["full", "factored"])
+def test_every_layout_samples_what_one_process_samples(runs, world, model):
+    refs, results = runs
+    for text in (LAYOUTS_4 if world == 4 else LAYOUTS_8):
+        latents, per_rank = _assemble(results[world], (model, text))
+        err = float((latents - refs[model]).abs().max())
+        assert err < 1e-5, f"{model} {text}: {err:.3g}"
+        # every replica of a shard (the other cfg branch, the other tp ranks) holds the same
+        for r in per_rank:
+            twin = next(o for o in per_rank if o["cp_rank"] == r["cp_rank"])
+            assert torch.equal(r["frames"], twin["frames"]), (model, text, r["coords"])
+
+
+@pytest.mark.parametrize("world", [4, 8])
+def test_bytes_per_dim_equal_the_cost_model(runs, world):
+    _, results = runs
+    for key in results[world][0]["runs"]:
+        for r in (res["runs"][key] for res in results[world]):
+            assert r["bytes_per_step"] == r["predicted_bytes_per_step"], (key, r["coords"])
+            layout = Layout.parse(key[1])
+            # a dim of degree 1 sends nothing; a dim of degree > 1 sends something
+            for dim, nbytes in r["bytes_per_step"].items():
+                assert (nbytes > 0) == (getattr(layout, dim) > 1), (key, dim)
+
+
+def test_cfg_parallel_sends_once_per_step_not_per_layer(runs):
+    _, results = runs
+    r = results[4][0]["runs"][("full", "cfg=2,ring=2")]
+    spec = SPECS["full"]
+    b, c, t, hl, wl = spec["shape"]
+    tokens = b * 3 * (hl // 2) * (wl // 2)  # rank 0 holds 3 of the 5 frames
+    assert r["bytes_per_step"]["cfg"] == tokens * c * 4 * 4  # one prediction, fp32, C*p*p = 16
+
+
+def test_groups_refusals_and_timeouts(runs):
+    _, results = runs
+    for world, res in results.items():
+        for r in res:
+            assert all(m is not None and len(m.splitlines()) == 1 for m in r["refusals"])
+            assert "needs" in r["refusals"][0] and "ranks" in r["refusals"][0]
+            assert "divide" in r["refusals"][1] and "layouts" in r["refusals"][1]
+            assert r["timeout_s"] <= 60  # not c10d's 30-minute default
+        # cfg is the outer dim, ulysses inner: neighbouring ranks share a Ulysses group
+        assert res[0]["groups"]["ulysses"] == list(range(world // 2))
+        assert res[0]["groups"]["cfg"] == [0, world // 2]
+
+
+def test_our_tensor_parallel_equals_torchs(runs):
+    _, results = runs
+    assert max(r["torch_tp"] for r in results[4]) < 1e-5
