@@ -6,6 +6,7 @@
     cpcourse bench shapes --json          # does the trained model draw what it is asked?
     cpcourse bench models --json          # real Wan under CP vs one process, and diffusers' CP
     cpcourse bench windows --json         # long videos: flat memory, seams, exactness
+    cpcourse bench mesh --json            # CFG-parallel vs CFG in one process; each mesh dim
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -24,6 +25,7 @@ BENCHMARKS = {
     "shapes": "the trained shapes model: tracked direction, shape and presence per prompt",
     "models": "real Wan under CP at 8k tokens vs one process, and diffusers' own CP",
     "windows": "long videos: memory and time vs length, seams, both parallel modes exact",
+    "mesh": "CFG-parallel on 2 ranks vs CFG in one process; ring, ulysses, tp at 2 ranks",
 }
 
 
