@@ -189,6 +189,26 @@ def cp_coords(mesh) -> tuple[int, int]:
     return r * mesh.size(2) + u, mesh.size(1) * mesh.size(2)
 
 
+def cp_group(mesh):
+    """The process group of the ranks that share this rank's cfg and tp coordinates: the R x U
+    ranks its frames are split over, in cp_rank order (for gathering frame shards). Created on
+    first use, collectively (every rank creates every such group, in one order)."""
+    cached = getattr(mesh, "_cpcourse_cp_group", None)
+    if cached is not None:
+        return cached
+    lay = layout_of(mesh)
+    mine = None
+    timeout = _short_timeout(dist.get_backend())._timeout
+    for c in range(lay.cfg):
+        for t in range(lay.tp):
+            ranks = [(c * lay.cp + i) * lay.tp + t for i in range(lay.cp)]
+            group = dist.new_group(ranks, timeout=timeout)
+            if dist.get_rank() in ranks:
+                mine = group
+    mesh._cpcourse_cp_group = mine
+    return mine
+
+
 def usp_attention(q, k, v, mesh, scale=None):
     """Attention of this rank's sequence shard over the whole sequence, Ulysses inside the
     `ulysses` dim, the ring across the `ring` dim (USP).
@@ -270,9 +290,12 @@ def group_names(mesh) -> dict:
 
 
 def bytes_by_dim(sent, mesh) -> dict[str, int]:
-    """Bytes a `count_bytes()` counter saw, per mesh dim (every dim present, 0 when idle);
-    traffic on any other group is reported under "other"."""
+    """Bytes a `count_bytes()` counter saw, per mesh dim (every dim present, 0 when idle); the
+    gather of frame shards over `cp_group` under "gather" (when sent), any other group under
+    "other"."""
     names = group_names(mesh)
+    if getattr(mesh, "_cpcourse_cp_group", None) is not None:
+        names[mesh._cpcourse_cp_group] = "gather"  # frame shards gathered over ring x ulysses
     out = {name: 0 for name in DIMS}
     for group, nbytes in sent.by_group.items():
         out[names.get(group, "other")] = out.get(names.get(group, "other"), 0) + nbytes

@@ -30,13 +30,20 @@ def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 30
     results = launch("cpcourse.models.compare:rank_forward", nproc, timeout=timeout,
                      args=(spec,), stream=stream, threads=spec.get("threads_per_rank", 1))
     r0 = results[0]
-    report = {"arch": spec["arch"], "method": spec["method"], "nproc": nproc,
+    method = spec["method"] if not spec.get("layout") else "mesh"
+    report = {"arch": spec["arch"], "method": method, "nproc": nproc,
               "tokens": info["tokens"], "frame_sizes": r0["frame_sizes"],
               "ulysses": r0["ulysses"], "ring": r0["ring"],
               "dtype": spec.get("dtype", "float32"), "sample_steps": spec.get("sample_steps"),
               "shard_io": bool(spec.get("shard_io")),
               "seconds_cp": max((r["seconds"] or 0.0) for r in results) or None,
               "ranks_identical": all(torch.equal(r0["out"], r["out"]) for r in results)}
+    if spec.get("layout"):
+        measured = [r["bytes_by_dim"] for r in results]
+        predicted = [r["predicted_bytes_by_dim"] for r in results]
+        report.update(layout=spec["layout"], bytes_by_dim_per_rank=measured,
+                      predicted_bytes_by_dim_per_rank=predicted,
+                      bytes_match_prediction=None if None in predicted else measured == predicted)
     if compare:
         threads = torch.get_num_threads()
         torch.set_num_threads(spec.get("threads_single", nproc))
@@ -45,7 +52,8 @@ def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 30
         finally:
             torch.set_num_threads(threads)
         err = max(float((r["out"].double() - ref.double()).abs().max()) for r in results)
-        tol = tolerance(spec["method"], report["dtype"], bool(spec.get("sample_steps")))
+        tol = tolerance("usp" if spec.get("layout") else spec["method"], report["dtype"],
+                        bool(spec.get("sample_steps")))
         report.update(max_abs_err=err, max_abs_output=float(ref.abs().max()), tolerance=tol,
                       within_tolerance=err <= tol, seconds_single=seconds,
                       threads_single=spec.get("threads_single", nproc))

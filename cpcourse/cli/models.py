@@ -25,7 +25,10 @@ from cpcourse.support.errors import ArgumentParser, positive_float, positive_int
 def build_parser():
     p = ArgumentParser(prog="cpcourse models", description=__doc__.split("\n")[0])
     p.add_argument("--arch", required=True, help=f"one of {', '.join(ARCHS)}")
-    p.add_argument("--nproc", type=int, default=2, help="ranks (CP degree), default 2")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="ranks (CP degree), default 2 (with --layout: its world size)")
+    p.add_argument("--layout", default=None,
+                   help="a mesh, e.g. cfg=2,ulysses=2,ring=1,tp=1 (instead of --method)")
     p.add_argument("--method", default="ring", help=f"one of {', '.join(METHODS)} (ring)")
     p.add_argument("--ulysses", type=int, default=None,
                    help="usp: ranks per Ulysses group (default: the largest that fits)")
@@ -58,7 +61,19 @@ def main(argv: list[str]) -> int:
     require(0 <= positive_int("--repeat", args.repeat, allow_zero=True) <= 20,
             "--repeat: use 0 to 20")
     require(1 <= positive_int("--batch", args.batch) <= 4, "--batch: use 1 to 4")
-    spec = {"arch": args.arch, "method": args.method, "frames": args.frames,
+    layout = None
+    if args.layout is not None:
+        from cpcourse.mesh import Layout
+
+        require(args.method == "ring" and args.ulysses is None, "--layout gives the ring and "
+                "ulysses degrees itself: drop --method and --ulysses")
+        layout = Layout.parse(args.layout)
+        args.nproc = layout.world if args.nproc is None else args.nproc
+        require(layout.world == args.nproc, f"--layout {layout} needs {layout.world} ranks: "
+                f"pass --nproc {layout.world} (or leave --nproc out)")
+        layout = layout.as_dict()
+    args.nproc = 2 if args.nproc is None else args.nproc
+    spec = {"arch": args.arch, "method": args.method, "layout": layout, "frames": args.frames,
             "height": args.height, "width": args.width, "batch": args.batch,
             "dtype": args.dtype, "seed": args.seed, "ulysses": args.ulysses,
             "ring_mode": args.ring_mode, "shard_io": args.shard_io, "repeat": args.repeat,
@@ -69,9 +84,15 @@ def main(argv: list[str]) -> int:
         print(json.dumps(report, allow_nan=False))
         return 0
     what = f"{steps} sampler steps" if steps else "one forward"
+    how = f"layout {args.layout}" if layout else args.method
     print(f"{args.arch} ({report['tokens']} video tokens, latent frames per rank "
-          f"{report['frame_sizes']}), {args.method} on {args.nproc} ranks "
+          f"{report['frame_sizes']}), {how} on {args.nproc} ranks "
           f"(ulysses {report['ulysses']} x ring {report['ring']}), {what}")
+    if layout:
+        sent = report["bytes_by_dim_per_rank"][0]
+        dims = ", ".join(f"{k} {v / 1e3:.1f} kB" for k, v in sent.items() if v) or "nothing"
+        print(f"  rank 0 sent {dims} in the run (as predicted: "
+              f"{report['bytes_match_prediction']})")
     if report["seconds_cp"]:
         print(f"  under CP: {report['seconds_cp'] * 1e3:.1f} ms")
     if args.compare:

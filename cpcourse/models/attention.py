@@ -59,7 +59,7 @@ def _attend(q, k, v, cp, text):
             owner = cp.rank == cp.world - 1  # the one rank whose ring block carries the text K/V
             q = _with_text(q, text[0], True)
             k, v = _with_text(k, text[1], owner), _with_text(v, text[2], owner)
-        out = ring_attention(q, k, v, group=cp.group, mode=cp.ring_mode)
+        out = ring_attention(q, k, v, group=cp.ring_group, mode=cp.ring_mode)
         return (out, None) if text is None else (out[:, :, :-n_text], out[:, :, -n_text:])
     # ulysses / usp: a head split inside the Ulysses group, then the ring (if any) across groups
     u, u_rank = cp.ulysses, cp.u_rank

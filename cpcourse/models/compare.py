@@ -63,14 +63,42 @@ def reference(spec: dict) -> tuple[torch.Tensor, float | None]:
 
 
 def rank_forward(spec: dict) -> dict:
-    """On every rank: the parallelized model's full output and its median forward time."""
+    """On every rank: the parallelized model's full output and its median forward time.
+
+    With `spec["layout"]` (a `cpcourse.mesh.Layout` as a dict) the model runs on that mesh, and
+    the bytes this rank sent per mesh dim in one untimed run are measured beside
+    `cpcourse.models.costs.predicted_bytes`.
+    """
     model, inputs = _model_and_inputs(spec)
-    parallelize(model, method=spec["method"], ulysses=spec.get("ulysses"),
-                ring_mode=spec.get("ring_mode", "overlap"), shard_io=spec.get("shard_io", False))
-    out, seconds = _timed(_run(model, inputs, spec, cp=True), spec.get("repeat", 0))
+    mesh = None
+    if spec.get("layout"):
+        from cpcourse.mesh import make_mesh
+
+        mesh = make_mesh(**spec["layout"])
+        parallelize(model, mesh=mesh, ring_mode=spec.get("ring_mode", "overlap"),
+                    shard_io=spec.get("shard_io", False))
+    else:
+        parallelize(model, method=spec["method"], ulysses=spec.get("ulysses"),
+                    ring_mode=spec.get("ring_mode", "overlap"),
+                    shard_io=spec.get("shard_io", False))
+    fn = _run(model, inputs, spec, cp=True)
+    extra = {}
+    if mesh is not None:
+        import torch.distributed as dist
+
+        from cpcourse.mesh import Layout, bytes_by_dim
+        from cpcourse.models.costs import predicted_bytes
+        from cpcourse.support.bytecount import count_bytes
+
+        with torch.inference_mode(), count_bytes() as sent:
+            fn()
+        extra = {"bytes_by_dim": bytes_by_dim(sent, mesh), "coords": Layout(
+            **spec["layout"]).coords(dist.get_rank()),
+            "predicted_bytes_by_dim": predicted_bytes(model, inputs, spec, dist.get_rank())}
+    out, seconds = _timed(fn, spec.get("repeat", 0))
     cp = model._cpcourse
     return {"out": out, "seconds": seconds, "frame_sizes": cp.frame_sizes,
-            "tokens": sum(cp.lens), "ulysses": cp.ulysses, "ring": cp.ring}
+            "tokens": sum(cp.lens), "ulysses": cp.ulysses, "ring": cp.ring, **extra}
 
 
 def tolerance(method: str, dtype: str = "float32", sample: bool = False) -> float:
@@ -102,9 +130,23 @@ def check_spec(spec: dict, nproc: int) -> dict:
     n_tok, _ = tokens(info.id, frames, height, width)
     require(n_tok * spec.get("batch", 1) <= 65536, f"{n_tok} tokens is more than this CPU demo "
             "runs (65,536 at most): use fewer frames or a smaller height / width")
+    heads = {**info.tiny, **spec.get("config", {})}["num_attention_heads"]
+    if spec.get("layout"):
+        from cpcourse.mesh import Layout, check_layout
+
+        lay = check_layout(Layout(**spec["layout"]), nproc, heads)
+        require(lay.tp == 1 or info.id in ("wan", "wan2.2"), f"tensor parallel in "
+                f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
+        if lay.cfg == 2:
+            require(not info.guidance_distilled, f"{info.id} is guidance-distilled (one forward "
+                    "per step, no CFG pair): use cfg=1")
+            require(spec.get("sample_steps"), "cfg=2 splits the CFG pair of a denoising step "
+                    "over two ranks: add --sample-steps N")
+        require(frames >= lay.cp, f"ring x ulysses = {lay.cp} ranks split the {frames} latent "
+                f"frames: give --frames {lay.cp} or more")
+        return {"tokens": n_tok}
     require(frames >= nproc, f"CP splits the {frames} latent frames over {nproc} ranks: give "
             f"--frames {nproc} or more, or use fewer ranks")
-    heads = {**info.tiny, **spec.get("config", {})}["num_attention_heads"]
     u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
     if spec["method"] == "usp" and u is not None:
         require(nproc % u == 0, f"--ulysses {u} must divide --nproc {nproc}: choose one of "

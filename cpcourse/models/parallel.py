@@ -80,6 +80,7 @@ class CPState:
     ring_rank: int = 0
     ring_mode: str = "overlap"
     shard_io: bool = False
+    mesh: object = None  # a cpcourse.mesh DeviceMesh, when parallelized on one
     handles: list = field(default_factory=list)
     # set by the model pre-hook for each forward
     frame_sizes: list = field(default_factory=list)  # latent frames (after patchify) per rank
@@ -236,8 +237,26 @@ def _gather_hook(cp: CPState):
     return hook
 
 
-def parallelize(model, group=None, method: str = "ring", ulysses: int | None = None,
-                ring_mode: str = "overlap", shard_io: bool = False):
+def _mesh_state(mesh, model, heads: int, ring_mode: str, shard_io: bool) -> CPState:
+    """CP over the mesh's ring x ulysses dims (USP); tensor parallel over its tp dim (Wan)."""
+    from cpcourse.mesh import check_layout, cp_coords, cp_group, layout_of
+
+    lay = check_layout(layout_of(mesh), heads=heads)
+    if lay.tp > 1:
+        from cpcourse.models.tp import tensor_parallel_wan
+
+        tensor_parallel_wan(model, mesh.get_group("tp"))
+    rank, world = cp_coords(mesh)
+    cp = CPState(method="usp" if lay.ulysses > 1 else "ring", group=cp_group(mesh), rank=rank,
+                 world=world, ring_mode=ring_mode, shard_io=bool(shard_io), mesh=mesh)
+    cp.ulysses, cp.ring = lay.ulysses, lay.ring
+    cp.u_rank, cp.ring_rank = mesh.get_local_rank("ulysses"), mesh.get_local_rank("ring")
+    cp.u_group, cp.ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
+    return cp
+
+
+def parallelize(model, group=None, method: str | None = None, ulysses: int | None = None,
+                ring_mode: str = "overlap", shard_io: bool = False, mesh=None):
     """Run `model` (a diffusers Wan / HunyuanVideo / CogVideoX transformer) under CP, in place.
 
     Call on every rank of `group` (default: the world) after the process group is initialised.
@@ -245,9 +264,17 @@ def parallelize(model, group=None, method: str = "ring", ulysses: int | None = N
     the ring across groups; default: the largest degree that divides the heads and the world) |
     "allgather". ring_mode: the ring's "overlap" or "blocking". shard_io: the model takes and
     returns this rank's latent frames (see `shard_latents`) instead of the whole video.
-    Returns the model; `unparallelize(model)` undoes it.
+    mesh: a `cpcourse.mesh.make_mesh` DeviceMesh instead of group and method: the frames split
+    over its ring x ulysses ranks (USP), Wan's heads over its tp ranks (`models/tp.py`); its cfg
+    dim is the sampler's (`models.sampler.sample` runs one branch per cfg rank).
+    Returns the model; `unparallelize(model)` undoes it (not tensor parallel: build afresh).
     """
     info = arch_of(model)
+    if mesh is not None:
+        require(group is None and method in (None, "usp") and ulysses is None,
+                "with a mesh, the CP ranks are its ring x ulysses dims: pass no group, method "
+                "or ulysses")
+    method = method or ("usp" if mesh is not None else "ring")
     require(method in METHODS, f"method must be one of {', '.join(METHODS)}, got {method!r}")
     require(ring_mode in RING_MODES[:2], f"ring_mode must be 'overlap' or 'blocking', got "
             f"{ring_mode!r} (method='allgather' is the all-gather variant)")
@@ -262,11 +289,14 @@ def parallelize(model, group=None, method: str = "ring", ulysses: int | None = N
                 "CogVideoX with sin-cos positions adds them inside its patch embedding, from "
                 "local frame numbers: use shard_io=False for it")
     rank, world = require_group(group, "parallelize")
-    cp = CPState(method=method, group=group, rank=rank, world=world,
-                 ring_mode="allgather" if method == "allgather" else ring_mode,
-                 shard_io=bool(shard_io))
     heads = cp_attention_modules(model)[0].heads
-    _groups(cp, heads, ulysses)
+    if mesh is not None:
+        cp = _mesh_state(mesh, model, heads, ring_mode, shard_io)
+    else:
+        cp = CPState(method=method, group=group, rank=rank, world=world,
+                     ring_mode="allgather" if method == "allgather" else ring_mode,
+                     shard_io=bool(shard_io))
+        _groups(cp, heads, ulysses)
     hooks = cp.handles
     params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
     hooks.append(model.register_forward_pre_hook(_pre_forward(cp, params), with_kwargs=True))

@@ -6,7 +6,9 @@
 draws the same numbers, so the video cannot depend on P), and at each step runs the transformer
 on the conditional and the unconditional text and mixes them, `uncond + s * (cond - uncond)`,
 before the scheduler's update. HunyuanVideo is guidance-distilled: the scale is an input
-embedding and each step is ONE forward (no CFG pair, so no CFG-parallel either).
+embedding and each step is ONE forward (no CFG pair, so no CFG-parallel either). On a mesh
+with cfg = 2 (`parallelize(model, mesh=...)`) each cfg rank runs one branch and
+`cpcourse.mesh.cfg_combine` exchanges the predictions once per step.
 Schedulers, as each model's pipeline configures them: Wan, UniPC on flow sigmas (shift 3);
 HunyuanVideo, flow-matching Euler (shift 7); CogVideoX, its DDIM on v-prediction (CogVideoX is
 not a flow model). Every scheduler update is per element, so with a `shard_io` model the loop
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import torch
 
+from cpcourse.mesh import cfg_branch, cfg_combine
 from cpcourse.models.parallel import _latent_grid, cp_state
 from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.models.tiny import arch_info
@@ -66,6 +69,10 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
     latents = torch.randn(like.shape, generator=gen, dtype=torch.float64).to(like.device,
                                                                              like.dtype)
     cp = cp_state(model)
+    branch = cfg_branch(None if cp is None else cp.mesh)
+    require(branch == "both" or not info.guidance_distilled,
+            f"{info.id} is guidance-distilled (one forward per step, no CFG pair): a mesh with "
+            "cfg=2 has nothing to split, use cfg=1")
     if cp is not None and cp.shard_io:
         latents = shard_latents(model, latents)
     sched = make_scheduler(arch)
@@ -90,9 +97,11 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
             if info.guidance_distilled:
                 pred = run(dict(cond, guidance=torch.full((b,), cfg_scale * 1000.0,
                                                           dtype=like.dtype, device=like.device)))
-            else:
+            elif branch == "both":
                 pc, pu = run(cond), run(uncond)
                 pred = pu + cfg_scale * (pc - pu)
+            else:  # CFG-parallel: this rank's branch; the other is on the other cfg rank
+                pred = cfg_combine(run(cond if branch == "cond" else uncond), cp.mesh, cfg_scale)
             latents = sched.step(pred, t, latents, return_dict=False)[0]
     if cp is not None and cp.shard_io:
         latents = gather_latents(model, latents)

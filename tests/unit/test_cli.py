@@ -96,6 +96,19 @@ def test_model_fills_dimensions(capsys):
     (["generate", "--attention", "full", "--temporal", "ring"], "needs --attention factored"),
     (["tokens", "--model", "", "--height", "720", "--width", "1280", "--frames", "5"],
      "--model is empty"),
+    # mesh layouts: checked before any process starts
+    (["generate", "--layout", "tp=3"], "layouts of 3 ranks that work: ring3"),
+    (["generate", "--layout", "cfg=2", "--nproc", "4"], "pass --nproc 2"),
+    (["generate", "--layout", "pp=2"], "NAME one of cfg, ring, ulysses, tp"),
+    (["generate", "--layout", "ring=2", "--full", "ulysses"], "under --layout attention runs"),
+    (["generate", "--layout", "ring=2", "--window", "4"], "--layout is for one clip"),
+    (["generate", "--layout", "ring=16"], "is more than the 8 latent frames"),
+    (["models", "--arch", "wan", "--layout", "cfg=2,ring=2"], "add --sample-steps"),
+    (["models", "--arch", "hunyuanvideo", "--layout", "cfg=2", "--sample-steps", "1"],
+     "guidance-distilled"),
+    (["models", "--arch", "cogvideox", "--layout", "tp=2"], "built for Wan"),
+    (["models", "--arch", "wan", "--layout", "ulysses=8"], "does not divide the 12 heads"),
+    (["models", "--arch", "wan", "--layout", "ring=2", "--method", "ulysses"], "drop --method"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     code, out, err = run(capsys, *argv)
