@@ -33,7 +33,6 @@ import torch
 from torch import nn
 
 from cpcourse import video
-from cpcourse.mesh import video_attention as mesh_video_attention
 from cpcourse.rope import rope_3d
 from cpcourse.support.errors import InputError, require
 
@@ -156,8 +155,9 @@ class Attention(nn.Module):
         k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
         if self.kind == "spatial":
             out = video.spatial_attention(q, k, v)
-        elif ctx.mesh is not None:
-            out = mesh_video_attention(q, k, v, self.kind, ctx.mesh)
+        elif ctx.mesh is not None:  # USP over the mesh's ring x ulysses dims
+            attend = video.full_attention_cp if self.kind == "full" else video.temporal_attention_cp
+            out = attend(q, k, v, ctx.mesh, method="usp")
         elif self.kind == "temporal":
             out = (video.temporal_attention(q, k, v) if ctx.group is None else
                    video.temporal_attention_cp(q, k, v, ctx.group, method=ctx.temporal_method))

@@ -43,7 +43,6 @@ from cpcourse.dist import (
 from cpcourse.ring import ring_attention
 from cpcourse.support.errors import InputError, require
 from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
-from cpcourse.video import batch_to_positions, flatten_video, positions_to_batch
 
 DIMS = ("cfg", "ring", "ulysses", "tp")
 
@@ -240,21 +239,6 @@ def usp_attention(q, k, v, mesh, scale=None):
         out = attention_with_lse(qh, kh, vh, scale=scale)[0].to(q.dtype)
     del qh, kh, vh
     return _heads_to_seq(out.contiguous(), lens, mesh.get_local_rank("ulysses"), u_group)
-
-
-def video_attention(q, k, v, kind: str, mesh, scale=None):
-    """Temporal or full 3D attention of this rank's frames `[B, H, T_r, S, D]`, by USP on `mesh`.
-
-    "full": the frames flatten to a contiguous run of the global sequence. "temporal": each of
-    the S positions is its own sequence over time, so positions fold into the batch first.
-    """
-    b, _, _, s, _ = q.shape
-    if kind == "full":
-        out = usp_attention(*(flatten_video(x) for x in (q, k, v)), mesh, scale=scale)
-        return out.reshape(q.shape)
-    require(kind == "temporal", f"kind must be 'temporal' or 'full', got {kind!r}")
-    out = usp_attention(*(positions_to_batch(x) for x in (q, k, v)), mesh, scale=scale)
-    return batch_to_positions(out, b, s).contiguous()
 
 
 def cfg_branch(mesh) -> str:

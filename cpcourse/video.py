@@ -209,15 +209,34 @@ def space_to_time(x: torch.Tensor, t_sizes: list[int], s_total: int, group=None)
                       for src, p in enumerate(parts)], dim=-2).to(x.device)
 
 
+def _usp(q, k, v, mesh, kind: str, scale=None):
+    """Temporal or full attention of this rank's frames by USP on a `cpcourse.mesh` mesh:
+    Ulysses inside its ulysses dim, the ring across its ring dim (`mesh.usp_attention`)."""
+    from cpcourse.mesh import usp_attention
+
+    require(hasattr(mesh, "mesh_dim_names"), "method 'usp' takes a cpcourse.mesh.make_mesh(...) "
+            "DeviceMesh as its group")
+    _check_video(q, k, v)
+    b, _, _, s, _ = q.shape
+    if kind == "full":
+        return usp_attention(*(flatten_video(x) for x in (q, k, v)), mesh, scale=scale).reshape(
+            q.shape[:-1] + (v.shape[-1],))
+    out = usp_attention(*(positions_to_batch(x) for x in (q, k, v)), mesh, scale=scale)
+    return batch_to_positions(out, b, s).contiguous()
+
+
 def temporal_attention_cp(q, k, v, group=None, method: str = "all_to_all", scale=None):
     """Temporal attention of a T-sharded video: local `[B, H, T_r, S, D]` in, same shape out.
 
     Equals `frame_shard(temporal_attention(whole q, k, v), rank, P)`. `all_to_all` sends each
     rank's q, k, v once (time -> space) and the output once back; `ring` passes K/V blocks
     around the ring P - 1 times. T < P is fine for both (ranks without frames still take part).
+    `usp` takes a `cpcourse.mesh` DeviceMesh as `group`: Ulysses inside it, the ring across.
     """
+    if method == "usp":
+        return _usp(q, k, v, group, "temporal", scale)
     require(method in TEMPORAL_METHODS,
-            f"method must be one of {TEMPORAL_METHODS}, got {method!r}")
+            f"method must be one of {TEMPORAL_METHODS} (or 'usp' on a mesh), got {method!r}")
     _check_video(q, k, v)
     _, world = require_group(group, "temporal_attention_cp")
     forward_only("temporal_attention_cp", q, k, v)
@@ -244,9 +263,13 @@ def full_attention_cp(q, k, v, group=None, method: str = "ring", scale=None):
 
     The local frames flatten to a contiguous run `[B, H, T_r*S, D]` of the global sequence, so
     the sequence-parallel attention of `cpcourse.ring` or `cpcourse.ulysses` applies as is.
-    Equals `frame_shard(full_attention(whole q, k, v), rank, P)`.
+    Equals `frame_shard(full_attention(whole q, k, v), rank, P)`. method "usp" takes a
+    `cpcourse.mesh` DeviceMesh as `group` (USP: Ulysses inside its ulysses dim, ring across).
     """
-    require(method in FULL_METHODS, f"method must be one of {FULL_METHODS}, got {method!r}")
+    if method == "usp":
+        return _usp(q, k, v, group, "full", scale)
+    require(method in FULL_METHODS,
+            f"method must be one of {FULL_METHODS} (or 'usp' on a mesh), got {method!r}")
     _check_video(q, k, v)
     require_group(group, "full_attention_cp")
     if method == "ring":

@@ -25,16 +25,12 @@ sampler gathers once, at the end.
 from __future__ import annotations
 
 import inspect
-import os
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
 
 from cpcourse.dist import (
-    DEFAULT_TIMEOUT_S,
-    ENV_TIMEOUT,
     all_gather_single,
     comm_device,
     gather_uneven,
@@ -94,10 +90,6 @@ class CPState:
         return shard_offsets(self.frame_sizes)[self.rank]
 
 
-def _timeout() -> timedelta:
-    return timedelta(seconds=float(os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S))
-
-
 def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
     """Ulysses groups of neighbouring ranks, ring groups across them (usp builds both)."""
     if cp.method == "ulysses":
@@ -122,14 +114,10 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
         return
     require(cp.group is None or dist.get_world_size(cp.group) == dist.get_world_size(),
             "usp with a ring builds its own subgroups of the whole world: pass group=None")
-    for g in range(cp.ring):  # every rank creates every group, in the same order
-        pg = dist.new_group(list(range(g * ulysses, (g + 1) * ulysses)), timeout=_timeout())
-        if g == cp.ring_rank:
-            cp.u_group = pg
-    for u in range(ulysses):
-        pg = dist.new_group(list(range(u, cp.world, ulysses)), timeout=_timeout())
-        if u == cp.u_rank:
-            cp.ring_group = pg
+    from cpcourse.mesh import make_mesh  # Ulysses on neighbouring ranks, the ring across them
+
+    mesh = make_mesh(ring=cp.ring, ulysses=ulysses)
+    cp.u_group, cp.ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
 
 
 def _latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
