@@ -26,7 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpcourse.attention import attention_with_lse, merge_attention
+from cpcourse.attention import accumulator_dtype, attention_with_lse
 from cpcourse.dist import (
     agree,
     all_gather_single,
@@ -55,9 +55,33 @@ def _check(q, k, v, shapes: dict, mode: str) -> list[int]:
     return kv_lens
 
 
+def _check_known(q, k, v, lens, rank: int, world: int, mode: str) -> list[int]:
+    """The same checks as after `agree`, when the caller passed every rank's K/V lengths."""
+    require(isinstance(lens, (list, tuple)) and len(lens) == world and all(
+        isinstance(n, int) and n >= 0 for n in lens), f"lens must list {world} shard lengths "
+        f"(one per rank of the group), got {lens!r}")
+    require(k.dim() == 4 and v.dim() == 4 and k.shape[2] == v.shape[2] == lens[rank],
+            f"lens[{rank}] = {lens[rank]}, but this rank's k and v have shapes "
+            f"{tuple(k.shape)} and {tuple(v.shape)}")
+    shapes = {x: [tuple(t.shape[:2]) + (n, t.shape[3]) for n in lens]
+              for x, t in (("k", k), ("v", v))}
+    return _check(q, k, v, shapes, mode)
+
+
 def _sync(t: torch.Tensor) -> None:
     if t.is_cuda:  # timings must include the queued kernels
         torch.cuda.synchronize(t.device)
+
+
+def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
+    """`merge_attention` done in place on the running (out, lse): the ring merges once per step
+    and per layer, so its temporaries are paid thousands of times. Blocks come from
+    `attention_with_lse`, whose empty blocks are out = 0, lse = -inf: no NaN to mask."""
+    new = torch.logaddexp(lse, l_)
+    base = new.masked_fill(torch.isneginf(new), 0.0)  # both empty: exp(-inf - 0) = 0, not NaN
+    out.mul_(torch.exp(lse - base).unsqueeze_(-1))
+    out.addcmul_(o.to(out.dtype), torch.exp(l_ - base).unsqueeze_(-1))
+    lse.copy_(new)
 
 
 def _exchange(send, recv, dst: int, src: int, group, step: int) -> list:
@@ -108,7 +132,10 @@ def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
                 reqs = _exchange(cur, nxt, dst, src, group, step)
         t1 = time.perf_counter()
         o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
-        out, lse = (o, l_) if out is None else merge_attention(out, lse, o, l_)
+        if out is None:
+            out, lse = o.to(accumulator_dtype(o.dtype)), l_
+        else:
+            _fold(out, lse, o, l_)
         if stats is not None:
             _sync(q)
         t2 = time.perf_counter()
@@ -156,7 +183,8 @@ def _allgather(q, k, v, kv_lens, rank, world, group, scale, stats):
     return out
 
 
-def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None):
+def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None,
+                   lens: list[int] | None = None):
     """Attention of this rank's queries over the whole (sharded) sequence's keys and values.
 
     q `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`: this rank's contiguous shards (tensor_split
@@ -165,12 +193,18 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     mode: "overlap" | "blocking" | "allgather" (see the module docstring). Pass a list as `stats`
     to get one record per ring step: kv_block, tokens, compute_s, comm_s (time spent in
     communication calls: the exposed part when overlapped), bytes_sent, bytes_recv.
-    Must be called by every rank of `group` (default: the whole world).
+    Must be called by every rank of `group` (default: the whole world). `lens`: every rank's
+    K/V shard length, when the caller already knows them (a model's CP hooks do): the call then
+    skips its shape agreement (an all-gather), so a caller that passes wrong lens on one rank
+    gets a timeout, not the agreement's clear error. Leave it None unless you measured the
+    difference matters (`cpcourse bench ring --small`).
     """
     rank, world = require_group(group, "ring_attention")
     forward_only("ring_attention", q, k, v)
-    shapes = agree(group, q=q, k=k, v=v)
-    kv_lens = _check(q, k, v, shapes, mode)
+    if lens is None:
+        kv_lens = _check(q, k, v, agree(group, q=q, k=k, v=v), mode)
+    else:  # the caller vouches for every rank's shard lengths: no agreement call
+        kv_lens = _check_known(q, k, v, lens, rank, world, mode)
     if world == 1 or mode == "allgather":
         if world == 1:
             t0 = time.perf_counter()

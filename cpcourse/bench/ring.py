@@ -47,6 +47,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default=",".join(METHODS),
                    help="comma-separated subset of " + ",".join(METHODS))
     p.add_argument("--quick", action="store_true", help="L=1024, one repeat: for tests")
+    p.add_argument("--small", action="store_true",
+                   help="per-call overhead at 64, 256 and 1,024 tokens per rank (2 ranks)")
+    p.add_argument("--calls", type=int, default=40, help="--small: calls per median (40)")
     p.add_argument("--compute-only", action="store_true",
                    help="no processes: P virtual ranks' blockwise attention + merge on one "
                         "device against one fused call over the whole sequence")
@@ -288,6 +291,12 @@ def main(argv: list[str]) -> int:
     from cpcourse.launch import launch
 
     args = _parser().parse_args(argv)
+    if args.small:
+        from cpcourse.bench import overhead
+
+        calls = positive_int("--calls", args.calls)
+        require(calls <= 1000, f"--calls {calls}: use at most 1000")
+        return overhead.main(calls, args.json)
     spec = {"nproc": check_nproc(args.nproc, "--nproc"),
             "seq_len": 1024 if args.quick else positive_int("--seq-len", args.seq_len),
             "heads": positive_int("--heads", args.heads),

@@ -66,11 +66,14 @@ def cp_cases(cases):
         if name == "strided":
             mine = [x.transpose(-1, -2).contiguous().transpose(-1, -2) for x in mine]
             assert all(x.stride(-1) != 1 for x in mine)
-        for method in (*MODES, "ulysses"):
+        for method in (*MODES, "ulysses", "known_lens"):
             stats = []
             try:
                 if method == "ulysses":
                     out = ulysses_attention(*mine, stats=stats)
+                elif method == "known_lens":  # the caller vouches for the K/V lengths
+                    lens = [x.shape[2] for x in torch.tensor_split(whole[1], world, dim=2)]
+                    out = ring_attention(*mine, stats=stats, lens=lens)
                 else:
                     out = ring_attention(*mine, mode=method, stats=stats)
             except InputError as exc:
@@ -89,6 +92,11 @@ def cp_cases(cases):
     except InputError as exc:
         rows.append({"case": "mismatch", "method": "overlap", "error": str(exc)})
     rows += _grad_refusals(world)
+    try:  # lens that contradict this rank's own k are refused before any transfer
+        ring_attention(q, q, q, lens=[q.shape[2] + 1] * world)
+        rows.append({"case": "bad_lens", "method": "overlap", "error": None})
+    except InputError as exc:
+        rows.append({"case": "bad_lens", "method": "overlap", "error": str(exc)})
     qm = torch.randn(1, world, 3, 8)
     try:  # the all-to-all used to promote mixed dtypes silently, while the ring refused them
         ulysses_attention(qm, qm, qm.double())
@@ -156,7 +164,7 @@ def test_every_mode_matches_float64_attention(world_rows):
             assert row["shape_ok"], where
             assert row["err"] <= TOL[row["dtype"]], f"{where}: max error {row['err']:.3g}"
     checked = {(r["case"], r["method"]) for rows in results for r in rows if "err" in r}
-    assert {m for _, m in checked} == {*MODES, "ulysses"}
+    assert {m for _, m in checked} == {*MODES, "ulysses", "known_lens"}
     assert len(checked) >= 3 * len(cases)  # every case ran through every ring mode
 
 
@@ -232,3 +240,10 @@ def test_without_a_process_group_the_error_says_how_to_start_one():
     for fn in (ring_attention, ulysses_attention):
         with pytest.raises(InputError, match="needs an initialised process group.*%%torchrun"):
             fn(q, q, q)
+
+
+def test_lens_that_contradict_the_local_shard_are_refused(world_rows):
+    _, _, results = world_rows
+    for rows in results:
+        error = next(r for r in rows if r["case"] == "bad_lens")["error"]
+        assert error and "lens[" in error and "this rank's k and v" in error, error
