@@ -5,11 +5,14 @@
 
 Every subcommand takes `--json` and then prints one JSON object on stdout. Bad input exits with
 status 2 and one line on stderr that says what to change (never a traceback).
+Inside a rank of your own torchrun, `demo`, `generate`, `models` and `bench ring` run as that
+rank (`cpcourse.launch.torchrun`): only global rank 0 prints, the other ranks exit 0 silently.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -33,6 +36,10 @@ DELEGATED = {
                "a tiny real diffusers video transformer (Wan, HunyuanVideo, ...) under CP"),
 }
 CALCULATORS = ("tokens", "memory", "comm", "plan")
+# Inside the user's own torchrun these run as its rank; these others start processes of their
+# own that cannot, and are refused there.
+TORCHRUN_COMMANDS = ("demo", "generate", "models", "bench ring")
+NOT_UNDER_TORCHRUN = ("bench", "grade")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,13 +72,50 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+@contextlib.contextmanager
+def as_torchrun_rank(argv: list[str]):
+    """Inside a foreign torchrun rank: refuse the commands that cannot run as one, default
+    --nproc to the world size, and let only global rank 0 print (launch() ends the others with
+    RankDone once the results are gathered). Yields the argv to run."""
+    from cpcourse.launch.torchrun import rank_zero_reports, torchrun_rank
+
+    where = torchrun_rank()
+    if where is None:
+        yield argv
+        return
+    head = 2 if argv[:1] == ["bench"] else 1
+    command = " ".join(argv[:head])
+    if command not in TORCHRUN_COMMANDS and command.split(" ")[0] in NOT_UNDER_TORCHRUN:
+        raise InputError(f"cpcourse {command} does not run inside a torchrun rank (this is rank "
+                         f"{where.rank} of {where.world}): start it without torchrun; under "
+                         f"torchrun, {', '.join(TORCHRUN_COMMANDS)} run as the rank")
+    if command in TORCHRUN_COMMANDS and not any(a == "--nproc" or a.startswith("--nproc=")
+                                                for a in argv):
+        # torchrun's own parser refuses a --nproc after the module (an ambiguous abbreviation
+        # of its --nproc-per-node) unless `--` comes first: the world says how many anyway.
+        argv = [*argv[:head], "--nproc", str(where.world), *argv[head:]]
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(rank_zero_reports())
+        if where.rank != 0:  # rank 0 and its neighbours on a node often share one stdout
+            stack.enter_context(contextlib.redirect_stdout(
+                stack.enter_context(open(os.devnull, "w"))))  # noqa: SIM115
+        yield argv
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The `cpcourse` program (argv None: sys.argv, and this is the process's entry point)."""
+    as_program = argv is None
     argv = list(sys.argv[1:] if argv is None else argv)
     # --verbose anywhere (or CPCOURSE_VERBOSE=1): a failed launch prints every rank's detail.
     verbose = "--verbose" in argv or os.environ.get("CPCOURSE_VERBOSE") == "1"
     argv = [a for a in argv if a != "--verbose"]
+    from cpcourse.launch.torchrun import RankDone, end_process
+
     try:
-        code = run(argv)
+        with as_torchrun_rank(argv) as argv:
+            code = run(argv)
+    except RankDone:  # a torchrun rank other than 0: its part is done, rank 0 reports
+        code = 0
     except InputError as exc:
         print(f"cpcourse: error: {exc}", file=sys.stderr)
         code = 2
@@ -85,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         print("cpcourse: interrupted", file=sys.stderr)
         code = 130
     sys.stdout.flush()
+    if as_program:  # a torchrun rank that joined a group ends here, skipping torch's teardown
+        end_process(code)
     return code
 
 

@@ -4,7 +4,8 @@
 
 Machinery, not a lesson: the course's distributed code (`cpcourse.ring`, `cpcourse.ulysses`,
 `cpcourse.video`, ...) runs on the ranks this package starts. `launcher` starts torchrun and
-collects results, `entry` is what each rank runs, `errors` turns a failing or stuck rank into an
+collects results (inside the user's own torchrun rank, `torchrun` runs the target in place
+instead), `entry` is what each rank runs, `errors` turns a failing or stuck rank into an
 exception that names it, `proctree` ends every process a launch started.
 """
 
@@ -23,9 +24,11 @@ from cpcourse.launch.launcher import (
     register_magics,
     torchrun_cell,
 )
+from cpcourse.launch.torchrun import RankDone, TorchrunRank, torchrun_rank
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_NPROC", "LaunchError", "LaunchTimeout", "RankError",
-           "RankResults", "check_nproc", "launch", "register_magics", "torchrun_cell"]
+           "RankDone", "RankResults", "TorchrunRank", "check_nproc", "launch", "register_magics",
+           "torchrun_cell", "torchrun_rank"]
 
 
 class _CallableModule(types.ModuleType):

@@ -11,6 +11,9 @@ A rank that raises makes the call raise `RankError` with that rank's traceback w
 second; a run past `timeout` raises `LaunchTimeout` naming each rank and the call it was stuck in.
 Whatever happens (error, timeout, Ctrl-C / kernel interrupt) the whole process tree is ended.
 The calling process never imports CUDA or creates a process group.
+Inside a rank of the user's own torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; see
+`cpcourse.launch.torchrun`) nothing is started: nproc must be WORLD_SIZE, the target runs in
+this process as that rank, and every rank gets the list of all ranks' return values.
 
 In Jupyter: `%load_ext cpcourse`, then a cell starting with `%%torchrun -n 4 [--timeout S]`
 runs the cell's code on 4 ranks, with `rank`, `world_size`, `torch` and `dist` predefined.
@@ -42,6 +45,7 @@ from cpcourse.launch.errors import (  # noqa: F401
     rank_procs,
     stuck_report,
 )
+from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.support.errors import positive_float, positive_int, require
 
 DEFAULT_TIMEOUT_S = 120.0
@@ -120,6 +124,7 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     timeout (default min(30, timeout)). threads: torch threads per rank (default
     OMP_NUM_THREADS, else 1).
     stream: True prints rank output here, False keeps it quiet, a callable receives each line.
+    Inside a foreign torchrun rank (`torchrun_rank()` is not None) the target runs here instead.
     """
     nproc = check_nproc(nproc)
     timeout = positive_float("timeout", timeout, high=MAX_TIMEOUT_S)
@@ -134,6 +139,14 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
         threads = int(omp)
     threads = positive_int("threads", threads)
     pg_timeout = positive_float("pg_timeout", pg_timeout or min(30.0, timeout))
+    where = torchrun_rank()
+    if where is not None:  # a rank of the user's own torchrun: run here, as that rank
+        values, seconds, output = run_here(
+            _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,
+            pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
+        results = RankResults(values)
+        results.seconds, results.output = seconds, output
+        return results
     run_dir = tempfile.mkdtemp(prefix="cpcourse-launch-")
     marker = f"cpcourse-{uuid.uuid4().hex}"
     with open(os.path.join(run_dir, "spec.json"), "w") as fh:

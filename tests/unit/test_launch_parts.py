@@ -120,3 +120,119 @@ def test_a_reused_pid_is_never_signalled():
     me = identify(os.getpid())
     assert me is not None and alive(me)
     assert not alive((me[0], me[1] + 1))  # same pid, another start time: someone else
+
+
+# --- inside the user's own torchrun: launch() runs the target here, as that rank ---------------
+
+TORCHRUN_ENV = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK", "GROUP_RANK",
+                "CPCOURSE_RUN_DIR")
+
+
+@pytest.fixture
+def torchrun_env(monkeypatch):
+    """Set this process up as torchrun rank `rank` of `world` on node `node` (no agent)."""
+    for name in TORCHRUN_ENV:
+        monkeypatch.delenv(name, raising=False)
+
+    def as_rank(rank, world, local_rank=0, node=0, port=29500):
+        for name, value in (("RANK", rank), ("WORLD_SIZE", world), ("MASTER_ADDR", "127.0.0.1"),
+                            ("MASTER_PORT", port), ("LOCAL_RANK", local_rank),
+                            ("GROUP_RANK", node)):
+            monkeypatch.setenv(name, str(value))
+    return as_rank
+
+
+def test_a_torchrun_rank_is_detected_from_its_environment(torchrun_env, monkeypatch):
+    assert L.torchrun_rank() is None  # a plain process
+    torchrun_env(3, 4, local_rank=1, node=1)
+    where = L.torchrun_rank()
+    assert where == (3, 4, 1, 1) and (where.rank, where.world, where.node) == (3, 4, 1)
+    monkeypatch.setenv("CPCOURSE_RUN_DIR", "/tmp/x")  # a rank cpcourse.launch started itself
+    assert L.torchrun_rank() is None
+    monkeypatch.delenv("CPCOURSE_RUN_DIR")
+    monkeypatch.delenv("MASTER_ADDR")  # RANK and WORLD_SIZE alone: not torchrun's whole set
+    assert L.torchrun_rank() is None
+    torchrun_env("one", 4)
+    with pytest.raises(InputError, match="RANK='one' is not a whole number"):
+        L.torchrun_rank()
+    torchrun_env(4, 4)
+    with pytest.raises(InputError, match="RANK=4 is not a rank of WORLD_SIZE=4"):
+        L.torchrun_rank()
+
+
+def test_inside_torchrun_nproc_must_be_the_world_size(torchrun_env, capsys):
+    import torch.distributed as dist
+
+    from cpcourse import cli
+
+    torchrun_env(1, 4)
+    with pytest.raises(InputError, match="running as rank 1 of a torchrun world of 4: pass "
+                                         "--nproc 4"):
+        L.launch("cpcourse.launch.entry:rank_info", 2)
+    assert not dist.is_initialized()  # refused before any process group
+    code = cli.main(["demo", "--nproc", "2", "--json", "--seq-len", "8"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("cpcourse: error: running as rank 1 of a torchrun world of 4")
+
+
+def test_the_cli_under_torchrun_defaults_nproc_refuses_and_silences(torchrun_env, capsys):
+    import sys as _sys
+
+    from cpcourse import cli
+
+    torchrun_env(1, 4)
+    with cli.as_torchrun_rank(["demo", "--json"]) as argv:
+        assert argv == ["demo", "--nproc", "4", "--json"]
+        print("not shown")  # a rank other than 0 prints nothing on stdout
+        _sys.stderr.write("errors still show\n")
+    with cli.as_torchrun_rank(["bench", "ring", "--nproc", "4"]) as argv:
+        assert argv == ["bench", "ring", "--nproc", "4"]  # given: kept (launch checks it)
+    with cli.as_torchrun_rank(["tokens", "--json"]) as argv:
+        assert argv == ["tokens", "--json"]
+    out, err = capsys.readouterr()
+    assert out == "" and err == "errors still show\n"
+    for argv in (["grade"], ["bench", "launch"]):
+        code = cli.main(argv)
+        out, err = capsys.readouterr()
+        assert code == 2 and out == "" and err.count("\n") == 1
+        assert "does not run inside a torchrun rank" in err and "bench ring" in err
+    torchrun_env(0, 4)
+    with cli.as_torchrun_rank(["models", "--arch", "wan"]) as argv:
+        assert argv == ["models", "--nproc", "4", "--arch", "wan"]
+        print("rank 0 reports")
+    assert capsys.readouterr().out == "rank 0 reports\n"
+
+
+def raises_here():
+    raise ValueError("this rank refuses")
+
+
+def prints_here():
+    print("a line from the target")
+    return {"pid": os.getpid()}
+
+
+def test_a_one_rank_torchrun_world_runs_the_target_in_this_process(torchrun_env, capsys):
+    import torch.distributed as dist
+
+    from cpcourse.cli.doctor import free_port
+
+    torchrun_env(0, 1, port=free_port())
+    results = L.launch("cpcourse.launch.entry:rank_info", 1, timeout=30)
+    assert isinstance(results, L.RankResults) and len(results) == 1
+    assert results[0]["rank"] == 0 and results[0]["world"] == 1
+    assert results[0]["pid"] == os.getpid() and results[0]["backend"] == "gloo"
+    assert not dist.is_initialized()  # the group it made is gone again
+    results = L.launch(f"{__file__}:prints_here", 1, timeout=30, stream=False)
+    assert results.output == ["[rank 0] a line from the target"]
+    assert capsys.readouterr().out == ""  # stream=False: kept, not printed
+    try:
+        with pytest.raises(L.RankError) as info:
+            L.launch(f"{__file__}:raises_here", 1, timeout=30)
+        assert info.value.rank == 0
+        assert info.value.summary() == "rank 0 raised ValueError: this rank refuses"
+        assert "raises_here" in str(info.value)  # the traceback, for --verbose
+    finally:
+        if dist.is_initialized():  # a failure leaves the group (a peer may be inside it)
+            dist.destroy_process_group()
