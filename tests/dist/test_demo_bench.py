@@ -69,3 +69,28 @@ def test_predicted_memory_of_one_rank_is_the_whole_problem():
     for method in ("ring_overlap", "allgather", "ulysses", "fused"):
         assert bench_ring.predicted_peak_bytes(method, 100, 1, 2, 8) == 100 * (2 * 8 * 4 + 2 * 4)
     assert bench_ring.predicted_peak_bytes("torch_cp", 100, 2, 2, 8) is None
+
+
+def test_bench_mesh_reports_every_2_rank_layout_exactly(capsys):
+    from cpcourse.bench import mesh as bench_mesh
+
+    assert bench_mesh.main(["--steps", "1", "--repeats", "1", "--frames", "4", "--size", "8",
+                            "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["layout"] for r in report["layouts"]] == list(bench_mesh.LAYOUTS)
+    for row in report["layouts"]:
+        assert row["max_abs_err"] < 1e-5 and row["bytes_match_prediction"], row
+        dim = row["layout"].split("=")[0]
+        assert row["bytes_per_step_by_dim"][dim] > 0  # the one busy dim sent something
+        assert sum(v for k, v in row["bytes_per_step_by_dim"].items() if k != dim) == 0
+    assert report["cfg_parallel_ratio"] == report["layouts"][0]["ratio_to_single"] > 0
+
+
+def test_bench_ring_small_measures_the_parts_of_a_call(capsys):
+    from cpcourse.bench import overhead
+
+    assert overhead.main(3, True) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert [r["tokens_per_rank"] for r in report["rows"]] == list(overhead.SIZES)
+    for row in report["rows"]:
+        assert row["ratio"] > 0 and row["agree_s"] > 0 and row["merge_s"] > 0
