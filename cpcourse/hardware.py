@@ -5,6 +5,11 @@
 Peak figures are the vendors' (as tabulated in the facts sheet); each GPU and link also carries
 the fraction of peak that is reached in practice, and where that fraction was measured, so a
 reader can see every assumption the calculators make.
+
+Each GPU names its own GPU-to-GPU link inside a node (`GPU.intra_link`): its NVLink, with that
+GPU's own link count and bandwidth (H800 and A800 have 8 links, 400 GB/s both ways, not the
+H100's 18 or the A100's 12), or PCIe Gen4 for the PCIe-only GPUs (L40S, L20, RTX 4090), whose
+`GPU.nvlink` is None.
 """
 
 from __future__ import annotations
@@ -22,12 +27,14 @@ class GPU:
     name: str
     bf16_tflops: float  # dense peak
     hbm_gb: float  # decimal GB
-    nvlink: str  # id of its NVLink generation in `links()`
+    nvlink: str | None  # id of its NVLink in `links()`; None where the GPU has no NVLink
     pcie: str  # id of its host PCIe link in `links()`
-    nic: str  # id of the InfiniBand NIC its reference systems pair with each GPU
+    nic: str  # id of the InfiniBand NIC its systems pair with each GPU (NDR where none is named)
     attention_efficiency: float  # achievable share of peak for fused attention kernels
     efficiency_source: str
     sources: tuple[str, ...]
+    arch: str  # ampere, hopper, ada or blackwell: the row of the attention-kernel table
+    intra_link: str  # id in `links()` of its GPU-to-GPU link inside a node: NVLink, else PCIe
 
     @property
     def hbm_bytes(self) -> int:
@@ -52,53 +59,101 @@ class Link:
         return self.gbps_per_direction * self.efficiency
 
 
-# Which attention-kernel efficiency of the facts sheet's calculator_defaults applies to each GPU.
+# Which attention-kernel efficiency of the facts sheet's calculator_defaults applies to each GPU
+# (the best kernel its architecture runs: FA3 on Hopper, FA2 elsewhere; H20's is measured).
 _EFFICIENCY_KEY = {"a100-80gb-sxm": "a100_fa2", "h100-sxm": "hopper_fa3",
-                   "h200-sxm": "hopper_fa3", "b200": "b200"}
-_ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm"}
+                   "h200-sxm": "hopper_fa3", "b200": "b200", "h20": "h20_fa3",
+                   "h800": "hopper_fa3", "a800-80gb-sxm": "a100_fa2", "l40s": "ada_fa2",
+                   "l20": "ada_fa2", "rtx4090": "ada_fa2"}
+_ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
+            "a800": "a800-80gb-sxm", "4090": "rtx4090"}
+KERNELS = ("fa2", "fa3", "sdpa")
+
+
+def _nvlink_id(g: dict) -> str | None:
+    """Link id of a facts-sheet GPU's NVLink, or None where it has none."""
+    if not g.get("nvlink_gen"):
+        return None
+    return g.get("intra_node_link") or f"nvlink{g['nvlink_gen']}"
+
+
+def _pcie_id(g: dict) -> str:
+    return "pcie" + g["pcie"].removeprefix("Gen").split()[0]
 
 
 @lru_cache(maxsize=1)
 def gpus() -> dict[str, GPU]:
-    """GPUs of the facts sheet by id (aliases a100/h100/h200 also accepted by `get_gpu`)."""
+    """GPUs of the facts sheet by id (`get_gpu` also takes a100/h100/h200/a800/4090)."""
     f = facts()
     eff = f["calculator_defaults"]["attention_efficiency"]
     out = {}
     for g in f["hardware"]:
         key = _EFFICIENCY_KEY[g["id"]]
+        nvlink = _nvlink_id(g)
         out[g["id"]] = GPU(
             id=g["id"], name=g["name"], bf16_tflops=float(g["bf16_dense_tflops"]),
-            hbm_gb=float(g["hbm_GB"]), nvlink=f"nvlink{g['nvlink_gen']}",
-            pcie="pcie" + g["pcie"].removeprefix("Gen").split()[0],
+            hbm_gb=float(g["hbm_GB"]), nvlink=nvlink, pcie=_pcie_id(g),
             nic="ib-hdr" if "HDR" in g["nic"] else "ib-ndr",
             attention_efficiency=float(eff[key]),
             efficiency_source=f"facts sheet calculator_defaults.attention_efficiency.{key}",
-            sources=tuple(g["sources"]),
+            sources=tuple(g["sources"]), arch=g["arch"],
+            intra_link=nvlink or g.get("intra_node_link") or _pcie_id(g),
         )
     return out
 
 
+def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
+    """(share of bf16 peak, source) that attention kernel `kernel` reaches on the GPU.
+
+    From the facts sheet's calculator_defaults.attention_kernels: a measurement on that GPU if
+    there is one, else its architecture's value; None where the kernel does not run there (FA3
+    outside Hopper), with the reason as the source.
+    """
+    g = get_gpu(gpu_id)
+    k = kernel.lower()
+    if k not in KERNELS:
+        raise InputError(f"unknown attention kernel {kernel!r}: use one of {', '.join(KERNELS)}")
+    table = facts()["calculator_defaults"]["attention_kernels"]
+    hit = table["by_gpu"].get(g.id, {}).get(k) or table["efficiency"][k][g.arch]
+    if hit is None:
+        return None, table["null_reasons"][k][g.arch]
+    return float(hit["value"]), hit["source"]
+
+
 @lru_cache(maxsize=1)
 def links() -> dict[str, Link]:
-    """Interconnects by id: NVLink 3/4/5 per GPU, PCIe 4/5 x16, InfiniBand NDR/HDR per NIC."""
+    """Interconnects by id: each GPU's NVLink (nvlink3/4/5, and the 8-link nvlink4-h800 and
+    nvlink3-a800), PCIe 4/5 x16, InfiniBand NDR/HDR per NIC."""
     f = facts()
     nv_eff = float(f["calculator_defaults"]["nvlink_efficiency"])
     out: dict[str, Link] = {}
     for g in f["hardware"]:
-        lid = f"nvlink{g['nvlink_gen']}"
-        out.setdefault(lid, Link(
-            lid, f"NVLink {g['nvlink_gen']} ({g['nvlink_links']} links)",
-            float(g["nvlink_GBps_per_dir"]), nv_eff,
+        lid = _nvlink_id(g)
+        if lid is None:
+            continue
+        gbps = float(g["nvlink_GBps_per_dir"])
+        if lid in out:  # GPUs that share a link id must agree on its bandwidth
+            if out[lid].gbps_per_direction != gbps:
+                raise ValueError(f"facts sheet: {g['id']} gives {lid} {gbps} GB/s, another GPU "
+                                 f"{out[lid].gbps_per_direction}")
+            continue
+        plain = lid == f"nvlink{g['nvlink_gen']}"
+        out[lid] = Link(
+            lid, f"NVLink {g['nvlink_gen']} ({g['nvlink_links']} links"
+            + (")" if plain else f", {g['name']})"), gbps, nv_eff,
             "line rate: " + g["sources"][0] + "; efficiency: facts calculator_defaults "
-            "nvlink_efficiency (H100 NCCL ~370 of 450 GB/s, nccl-tests #212)"))
+            "nvlink_efficiency (H100 NCCL ~370 of 450 GB/s, nccl-tests #212)")
     lk = f["links"]
     ndr_eff = float(f["calculator_defaults"]["ib_ndr_effective_GBps"]) / lk["ib_ndr_400"][
         "GBps_per_dir"]
     pcie_eff = lk["pcie5_x16"]["measured_h2d_GBps"] / lk["pcie5_x16"]["GBps_per_dir"]
     hdr = lk["ib_hdr_200"]
-    out["pcie4"] = Link("pcie4", "PCIe Gen4 x16", lk["pcie4_x16"]["GBps_per_dir"], pcie_eff,
-                        "16 GT/s x16 128b/130b; efficiency as measured on PCIe5 (H200 H2D 55.4/63,"
-                        " ml-engineering network/README.md)")
+    p2p = lk["pcie4_x16"]["measured_gpu_to_gpu"]
+    out["pcie4"] = Link("pcie4", "PCIe Gen4 x16", lk["pcie4_x16"]["GBps_per_dir"],
+                        max(p2p["allreduce_busbw_GBps"]) / lk["pcie4_x16"]["GBps_per_dir"],
+                        "16 GT/s x16 128b/130b; efficiency measured GPU to GPU: "
+                        + p2p["source"] + "; NCCL itself models Gen4 x16 at "
+                        f"{p2p['nccl_model_GBps']:g} GB/s (" + p2p["nccl_model_source"] + ")")
     out["pcie5"] = Link("pcie5", "PCIe Gen5 x16", lk["pcie5_x16"]["GBps_per_dir"], pcie_eff,
                         "32 GT/s x16 128b/130b; H200 H2D 55.4 GB/s measured (ml-engineering)")
     out["ib-ndr"] = Link("ib-ndr", "InfiniBand NDR 400 (1 NIC per GPU)",
@@ -121,6 +176,8 @@ def get_gpu(gpu_id: str) -> GPU:
 
 def get_link(link_id: str) -> Link:
     table = links()
+    if not link_id:
+        raise InputError(f"no link given: use one of {', '.join(table)}")
     key = link_id.lower().replace("_", "-")
     key = {"ndr": "ib-ndr", "hdr": "ib-hdr", "infiniband": "ib-ndr", "ib": "ib-ndr",
            "nvlink": "nvlink4"}.get(key, key)

@@ -31,7 +31,7 @@ def _divisors(n: int) -> list[int]:
 def _cost(m, tok, gpu, gpus_per_node: int, cfg: int, tp: int, uly: int, ring: int) -> dict:
     n = tok.sequence_length
     cp = uly * ring
-    nvlink, ib = get_link(gpu.nvlink), get_link("ib-ndr")
+    nvlink, ib = get_link(gpu.intra_link), get_link("ib-ndr")
     # CP groups are contiguous blocks of cp*tp GPUs: one larger than a node crosses InfiniBand.
     ring_link = nvlink if cp * tp <= gpus_per_node else ib
     uly_link = nvlink if uly * tp <= gpus_per_node else ib

@@ -28,6 +28,15 @@ def facts() -> dict:
     return json.loads(text)
 
 
+@lru_cache(maxsize=1)
+def published_runs() -> dict:
+    """Published multi-GPU generation times for planner validation ("about" and "runs"), shipped
+    with the package: an unchanged copy of the facts sheet's published_runs.json. Each run names
+    its GPU by an id `cpcourse.hardware.get_gpu` accepts (h100, h20, h800, a800, l20, rtx4090)."""
+    text = resources.files("cpcourse").joinpath("data/published_runs.json").read_text()
+    return json.loads(text)
+
+
 @dataclass(frozen=True)
 class FrameRule:
     """How a VAE turns F pixel frames into latent frames.

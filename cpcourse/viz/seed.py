@@ -59,7 +59,7 @@ def tp_across_nodes(model_id: str = SEED_MODEL, cp: int = 8, tp: int = 2, gpu: s
     attn_s = attention_flops(local, n, m.head_dim, m.heads) / tp / g.attention_flops()
     linear_s = 2 * local * (m.params_b * 1e9 / m.layers) / tp / matmul
     allreduce_bytes = 2 * (2 * (tp - 1) / tp) * local * m.hidden * 2
-    links = {name: get_link(name) for name in (intra or g.nvlink, inter)}
+    links = {name: get_link(name) for name in (intra or g.intra_link, inter)}
     out = {
         "model": m.id, "cp": cp, "tp": tp, "gpus": cp * tp, "tokens": n,
         "tokens_per_rank": local, "block_compute_seconds": attn_s + linear_s,

@@ -155,17 +155,22 @@ def _gb_axis(ax) -> None:
 def _hbm_lines(ax, highlight: str | None = None) -> None:
     """Dotted lines at each distinct HBM size of the GPUs in the hardware table, labelled on
     the left (far from curves that grow or fall): the top label above its line, the others
-    under theirs, so that labels of close sizes (141 and 180 GB) never overlap."""
+    under theirs, so that labels of close sizes (141 and 180 GB) never overlap; a label under its
+    line that sits close above the previous one (96 over 80 GB) moves right, out of its way."""
     sizes: dict[int, list[str]] = {}
     for g in gpus().values():
         sizes.setdefault(g.hbm_bytes, []).append(g.id.split("-")[0].upper())
     ordered = sorted(sizes.items())
+    x_prev = None
     for i, (size, names) in enumerate(ordered):
         hot = highlight is not None and get_gpu(highlight).id.split("-")[0].upper() in names
         color = "crimson" if hot else "0.35"
         ax.axhline(size, color=color, lw=1.6 if hot else 1, ls=":")
         top = i == len(ordered) - 1
-        ax.annotate(f"{size / 1e9:g} GB: {', '.join(names)}", (0.01, size), ha="left",
+        close = i > 0 and size < 1.35 * ordered[i - 1][0]
+        x = 0.5 if close and not top and x_prev == 0.01 else 0.01
+        x_prev = x
+        ax.annotate(f"{size / 1e9:g} GB: {', '.join(names)}", (x, size), ha="left",
                     va="bottom" if top else "top", fontsize=8, color=color,
                     xycoords=("axes fraction", "data"),
                     bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
