@@ -34,6 +34,7 @@ class GPU:
     efficiency_source: str
     sources: tuple[str, ...]
     arch: str  # ampere, hopper, ada or blackwell: the row of the attention-kernel table
+    hbm_tbps: float  # memory bandwidth, TB/s (decimal)
     intra_link: str  # id in `links()` of its GPU-to-GPU link inside a node: NVLink, else PCIe
 
     @property
@@ -96,7 +97,7 @@ def gpus() -> dict[str, GPU]:
             nic="ib-hdr" if "HDR" in g["nic"] else "ib-ndr",
             attention_efficiency=float(eff[key]),
             efficiency_source=f"facts sheet calculator_defaults.attention_efficiency.{key}",
-            sources=tuple(g["sources"]), arch=g["arch"],
+            sources=tuple(g["sources"]), arch=g["arch"], hbm_tbps=float(g["hbm_TBps"]),
             intra_link=nvlink or g.get("intra_node_link") or _pcie_id(g),
         )
     return out

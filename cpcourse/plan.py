@@ -1,136 +1,197 @@
-"""Plan a CP x TP x CFG-parallel layout for a real model on N GPUs (a first, explainable version).
+"""Plan a cfg x ring x ulysses x tp layout for a real model on N GPUs, and check the planner
+against published runs.
 
-    cpcourse plan --model cosmos-1.0-diffusion-7b --height 704 --width 1280 --frames 121 --gpus 8
+    cpcourse plan --model hunyuanvideo-13b --height 720 --width 1280 --frames 129 --gpus 8
+    cpcourse plan --model wan2.1-t2v-14b --gpus 8 --gpu h800 --layout ulysses=8 --json
+    cpcourse plan --validate --json
 
-Every layout that the model's heads and the GPU count allow is costed with the same model:
-per-GPU memory (weights / TP + one layer's activations on the local shard + the ring's K/V
-buffers) and time per sampling step (attention and linear compute at achievable rates, the ring's
-exposed communication, Ulysses all-to-alls, TP all-reduces). The fastest layout that fits wins;
-the reasons are printed beside it. Mesh order from outer to inner: CFG, ring, Ulysses, TP, so
-that the chattiest groups (TP, Ulysses) stay inside a node's NVLink domain.
+Every layout of the GPUs (`cpcourse.mesh.layouts`) is checked against the model's rules (heads
+divisible by ulysses x tp, one forward per step for a guidance-distilled model, HunyuanVideo's
+split of the latent height or else width) and costed by `cpcourse.deployment.cost`. The fastest
+valid layout that fits wins; layouts within 2% of it are named as a tie, never explained as a
+reasoned choice. `validate()` predicts every run of the facts' published_runs.json.
 """
 
 from __future__ import annotations
 
-import math
+import statistics
 
-from cpcourse.costs import MAX_GPUS, attention_flops, comm
-from cpcourse.hardware import get_gpu, get_link
-from cpcourse.support.errors import positive_int, require
-from cpcourse.tokens import facts, get_model, model_tokens
+from cpcourse.costs import MAX_GPUS
+from cpcourse.deployment import cost
+from cpcourse.hardware import KERNELS, get_gpu, kernel_efficiency
+from cpcourse.mesh import Layout, layouts
+from cpcourse.support.errors import InputError, positive_int, require
+from cpcourse.tokens import get_model, model_tokens, published_runs
 
-BYTES = 2  # bf16 inference
-
-
-def _divisors(n: int) -> list[int]:
-    """The divisors of n in increasing order, in O(sqrt n) steps."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return small + [n // d for d in reversed(small) if d * d != n]
+TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 
 
-def _cost(m, tok, gpu, gpus_per_node: int, cfg: int, tp: int, uly: int, ring: int) -> dict:
-    n = tok.sequence_length
-    cp = uly * ring
-    nvlink, ib = get_link(gpu.intra_link), get_link("ib-ndr")
-    # CP groups are contiguous blocks of cp*tp GPUs: one larger than a node crosses InfiniBand.
-    ring_link = nvlink if cp * tp <= gpus_per_node else ib
-    uly_link = nvlink if uly * tp <= gpus_per_node else ib
-    local = math.ceil(n / cp)
-    matmul = gpu.bf16_tflops * 1e12 * float(facts()["calculator_defaults"]["matmul_efficiency"])
-    attn_rate = gpu.attention_flops()
-    per_layer_params = m.params_b * 1e9 / m.layers
-    attn_s = attention_flops(n, n, m.head_dim, m.heads) / (cp * tp) / attn_rate
-    linear_s = 2 * n * per_layer_params / (cp * tp) / matmul
-    ring_exposed = uly_s = tp_s = 0.0
-    if ring > 1:
-        c = comm(n, ring, max(1, m.heads // (uly * tp)), m.head_dim, link=ring_link.id,
-                 gpu=gpu.id)
-        ring_exposed = max(0.0, c["comm_seconds_per_hop"] - c["compute_seconds_per_step"]) * (
-            ring - 1)
-    if uly > 1:
-        uly_s = 4 * local * (m.hidden // tp) * BYTES * (uly - 1) / uly / (
-            uly_link.effective_gbps * 1e9)
-    if tp > 1:
-        # Two all-reduces of the local hidden state per block, ring all-reduce volume 2(tp-1)/tp.
-        tp_s = 2 * 2 * (tp - 1) / tp * local * m.hidden * BYTES / (nvlink.effective_gbps * 1e9)
-    forwards = m.cfg_forwards // cfg
-    step_s = forwards * m.layers * (attn_s + linear_s + ring_exposed + uly_s + tp_s)
-    weights = int(m.params_b * 1e9 * BYTES)
-    acts = local * (5 * m.hidden + m.ffn) * BYTES // tp
-    ring_buf = 2 * 2 * local * m.hidden * BYTES // (tp * uly) if ring > 1 else 0
-    per_gpu = weights // tp + acts + ring_buf
-    return {
-        "cfg_parallel": cfg, "tp": tp, "cp": cp, "ulysses": uly, "ring": ring,
-        "tokens_per_rank": local, "ring_link": ring_link.id if ring > 1 else None,
-        "per_gpu_bytes": per_gpu, "weights_bytes_per_gpu": weights // tp,
-        "fits": per_gpu <= gpu.hbm_bytes,
-        "seconds_per_step": step_s,
-        "seconds_per_layer": {"attention": attn_s, "linear": linear_s,
-                              "ring_exposed": ring_exposed, "ulysses": uly_s, "tp": tp_s},
-    }
+def auto_kernel(gpu_id: str) -> str:
+    """The kernel a model's released code installs (flash-attn 2 in Wan's and HunyuanVideo's
+    requirements), unless it cannot run on the GPU: then PyTorch's SDPA."""
+    return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
+
+
+def validity(model_id: str, tok, layout: Layout) -> str | None:
+    """Why the model cannot run this layout, or None."""
+    m = get_model(model_id)
+    if layout.cfg == 2 and m.cfg_forwards == 1:
+        return f"{m.name} is guidance-distilled (one forward per step): there is no CFG pair"
+    if m.heads % (layout.ulysses * layout.tp):
+        return (f"ulysses x tp = {layout.ulysses * layout.tp} does not divide the {m.heads} "
+                "heads")
+    sp = layout.cp
+    if sp > tok.sequence_length:
+        return f"{sp} CP ranks for {tok.sequence_length} tokens"
+    if model_id.startswith("hunyuanvideo") and sp > 1:
+        rows, cols = tok.latent_height // 2, tok.latent_width // 2
+        if rows % sp and cols % sp:
+            return (f"HunyuanVideo splits the latent height ({rows} token rows) or else the width "
+                    f"({cols} columns) over its {sp} sequence-parallel ranks: neither divides "
+                    "(hyvideo/inference.py)")
+    return None
+
+
+def _legacy(c: dict) -> dict:
+    """The keys the first planner returned, kept for its callers."""
+    lay = c["layout"]
+    per = c["breakdown"]["per_forward_seconds"]
+    layers = c["layers"]
+    return {"cfg_parallel": lay["cfg"], "tp": lay["tp"], "cp": lay["ring"] * lay["ulysses"],
+            "ulysses": lay["ulysses"], "ring": lay["ring"], "ring_link": c["links"]["ring"],
+            "seconds_per_layer": {"attention": per["attention"] / layers,
+                                  "linear": per["linear"] / layers,
+                                  "ring_exposed": per["ring_exposed"] / layers,
+                                  "ulysses": per["ulysses"] / layers,
+                                  "tp": per["tp_allreduce"] / layers}}
+
+
+def cost_layout(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
+                kernel: str, fsdp: bool, steps: int) -> dict:
+    """One layout: valid, reason, and (when valid) its costs."""
+    reason = validity(model_id, tok, layout)
+    out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
+    if reason is None:
+        c = cost(model_id, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
+                 steps=steps)
+        c["layers"] = get_model(model_id).layers
+        out.update(c)
+        out.update(_legacy(c))
+        out.pop("layers")
+    return out
+
+
+def _why(best: dict, other: dict) -> str:
+    """The term that costs `other` the most against `best`, per step."""
+    a, b = best["breakdown"]["per_forward_seconds"], other["breakdown"]["per_forward_seconds"]
+    fa, fb = best["forwards_per_step"], other["forwards_per_step"]
+    diffs = {k: fb * b[k] - fa * a[k] for k in a}
+    if not other["fits"] and best["fits"]:
+        return "does not fit in the GPU's memory"
+    term = max(diffs, key=diffs.get)
+    return f"{term} costs {diffs[term]:+.3g} s per step more"
 
 
 def plan(model_id: str, height: int | None = None, width: int | None = None,
-         frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1) -> dict:
-    """The recommended layout for `model_id` on `gpus` GPUs over `nodes` nodes, with reasons."""
+         frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
+         steps: int | None = None, kernel: str = "auto", layout=None,
+         fsdp: bool = False) -> dict:
+    """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes."""
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
     require(gpus <= MAX_GPUS, f"--gpus {gpus} is more GPUs than any cluster has: "
             f"use {MAX_GPUS} or fewer")
     require(gpus % nodes == 0, f"--gpus {gpus} do not split evenly over --nodes {nodes}")
+    steps = positive_int("--steps", 50 if steps is None else steps)
+    require(steps <= 10000, f"--steps {steps}: use at most 10000")
     g = get_gpu(gpu)
+    kernel = auto_kernel(g.id) if kernel == "auto" else kernel
+    require(kernel in KERNELS, f"--kernel must be auto or one of {', '.join(KERNELS)}, got "
+            f"{kernel!r}")
+    eff, _ = kernel_efficiency(g.id, kernel)
+    require(eff is not None, f"--kernel {kernel} has no published rate on {g.arch} GPUs like the "
+            f"{g.name}: use fa2 or sdpa (`cpcourse.hardware.kernel_efficiency` says why)")
     per_node = gpus // nodes
-    candidates = []
-    for cfg in ([1, 2] if m.cfg_forwards == 2 and gpus % 2 == 0 else [1]):
-        for tp in (t for t in _divisors(per_node) if m.heads % t == 0):
-            if (gpus // cfg) % tp:
-                continue
-            cp = gpus // (cfg * tp)
-            for uly in (u for u in _divisors(cp) if (m.heads // tp) % u == 0):
-                if cp <= tok.sequence_length:
-                    candidates.append(_cost(m, tok, g, per_node, cfg, tp, uly, cp // uly))
-    require(candidates, f"no layout of {gpus} GPUs fits {m.id}: try fewer GPUs")
-    fitting = [c for c in candidates if c["fits"]]
-    pool = fitting or candidates
-    best = min(pool, key=lambda c: (c["seconds_per_step"], c["tp"], c["ring"]))
-    if m.cfg_forwards == 1:
-        cfg_note = "Guidance-distilled: one forward per step, so there is no CFG pair to split."
-    elif best["cfg_parallel"] == 2:
-        cfg_note = ("Real CFG runs 2 forwards per step; CFG-parallel puts them on 2 GPU groups "
-                    "with one exchange per step.")
-    else:
-        cfg_note = "Real CFG runs 2 forwards per step, here one after the other."
-    reasons = [
-        f"{m.name}: {tok.sequence_length:,} tokens ({tok.token_frames} x {tok.tokens_per_frame:,}"
-        f" video{' + text, joint' if m.text_joint else ''}); {m.heads} heads, {m.layers} layers,"
-        f" {m.params_b:g}B parameters = {m.params_b * 2:g} GB of bf16 weights.",
-        cfg_note,
-        f"TP={best['tp']}: " + ("weights fit on one GPU, so TP would only add blocking "
-                                "all-reduces" if best["tp"] == 1 else
-                                "weights or time need it; kept inside one node's NVLink"),
-        f"CP={best['cp']} (Ulysses {best['ulysses']} x ring {best['ring']}): "
-        f"{best['tokens_per_rank']:,} tokens per rank."
-        + (f" Ulysses needs heads divisible by its degree ({m.heads} heads)."
-           if best["ulysses"] > 1 else ""),
-    ]
-    if best["ring"] > 1:
-        c = comm(tok.sequence_length, best["ring"], m.heads // (best["ulysses"] * best["tp"]),
-                 m.head_dim, link=best["ring_link"], gpu=g.id)
-        reasons.append(
-            f"Ring over {best['ring_link']}: per hop {c['comm_seconds_per_hop'] * 1e3:.2f} ms "
-            f"vs {c['compute_seconds_per_step'] * 1e3:.2f} ms compute per step -> "
-            f"{'hidden' if c['hidden'] else 'NOT hidden'} (needs > "
-            f"{c['min_tokens_per_rank_to_hide']:,} tokens per ring rank).")
-    reasons.append(f"Per GPU: {best['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB "
-                   f"({'fits' if best['fits'] else 'does NOT fit: add GPUs'}); text encoder and "
-                   "VAE are not counted.")
-    return {
-        "model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes,
-        "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
-        "hbm_bytes": g.hbm_bytes, **{k: best[k] for k in (
-            "cfg_parallel", "tp", "cp", "ulysses", "ring", "tokens_per_rank", "ring_link",
-            "per_gpu_bytes", "fits", "seconds_per_step")},
-        "reasoning": reasons,
-        "alternatives": sorted(candidates, key=lambda c: c["seconds_per_step"]),
-    }
+    args = (model_id, tok, g.id)
+    head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
+            "kernel": kernel, "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
+            "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp)}
+    if layout is not None:
+        lay = Layout.parse(layout) if isinstance(layout, str) else layout
+        if lay.world != gpus:
+            raise InputError(f"--layout {lay} needs {lay.world} GPUs, not --gpus {gpus}: the "
+                             "degrees must multiply to the GPU count")
+        one = cost_layout(*args, lay, per_node, kernel, fsdp, steps)
+        return {**head, **one, "reasoning": [one["reason"] or f"{lay}: costed as given"]}
+    every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps)
+             for lay in layouts(gpus, None, cfg=m.cfg_forwards == 2)]
+    valid = [c for c in every if c["valid"]]
+    if not valid:
+        raise InputError(f"no layout of {gpus} GPUs is valid for {m.id}: "
+                         + "; ".join(sorted({c["reason"] for c in every})))
+    pool = [c for c in valid if c["fits"]] or valid
+    ranked = sorted(pool, key=lambda c: c["seconds_total"])
+    best = ranked[0]
+    tie = [c for c in ranked[1:] if c["seconds_total"] <= best["seconds_total"] * (1 + TIE)]
+    runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
+                "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
+    reasons = _reasons(m, tok, g, best, tie, pool is valid)
+    return {**head, **best, "tie": [c["layout"] for c in tie], "runners_up": runners,
+            "invalid": [{"layout": c["layout"], "reason": c["reason"]} for c in every
+                        if not c["valid"]],
+            "alternatives": sorted(valid, key=lambda c: c["seconds_total"]),
+            "reasoning": reasons}
+
+
+def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
+    lay = Layout(**best["layout"])
+    per = best["breakdown"]["per_forward_seconds"]
+    pair = "one forward per step (guidance-distilled)" if m.cfg_forwards == 1 else \
+        "a CFG pair per step"
+    out = [f"{m.name}: {tok.sequence_length:,} tokens; {m.heads} heads, {m.layers} layers; "
+           f"{pair}.",
+           f"{lay}: {best['seconds_per_step']:.3g} s per step ({best['forwards_per_step']} "
+           f"forward(s)), of which attention {per['attention']:.3g} s and linear "
+           f"{per['linear']:.3g} s per forward at {best['kernel']} "
+           f"({best['kernel_efficiency']:.0%} of {g.bf16_tflops:g} TFLOP/s); plus "
+           f"{best['seconds_fixed']:.3g} s once (VAE decode, text encoder)."]
+    if tie:
+        out.append("A tie (within 2%) with " + ", ".join(str(Layout(**t["layout"])) for t in tie)
+                   + ": the model cannot tell them apart; pick by what else you need.")
+    comm = {k: per[k] for k in ("ulysses", "ring_exposed", "tp_allreduce", "fsdp_exposed")}
+    top = max(comm, key=comm.get)
+    out.append(f"Largest communication term: {top} {comm[top]:.3g} s per forward"
+               + (f" over {best['links'][top.split('_')[0]]}" if best["links"].get(
+                   top.split("_")[0]) else "") + ".")
+    out.append(f"Per GPU: {best['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB"
+               + (" (nothing fits: add GPUs, TP or FSDP)" if none_fit else "") + ".")
+    return out
+
+
+def validate() -> dict:
+    """Predict every published run; the ratio per row, the median and worst |ratio - 1|, and
+    per table the speedup from its fewest to its most GPUs, predicted against published."""
+    rows = []
+    for r in published_runs()["runs"]:
+        fsdp = r["gpus"] > 1 and "dit_fsdp" in (r.get("notes") or "")  # as the run was made
+        p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
+                 steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=fsdp,
+                 layout=Layout(**r["layout"]))
+        rows.append({"table": r["table"], "gpus": r["gpus"], "layout": r["layout"],
+                     "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
+                     "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
+                     "fsdp": fsdp, "notes": r.get("notes")})
+    errors = [abs(row["ratio"] - 1) for row in rows]
+    tables = {}
+    for row in rows:
+        tables.setdefault(row["table"], []).append(row)
+    speedups = {}
+    for name, rs in tables.items():
+        lo, hi = min(rs, key=lambda x: x["gpus"]), max(rs, key=lambda x: x["gpus"])
+        pub, pred = lo["published_s"] / hi["published_s"], lo["predicted_s"] / hi["predicted_s"]
+        speedups[name] = {"gpus": [lo["gpus"], hi["gpus"]], "published": pub, "predicted": pred,
+                          "ratio": pred / pub}
+    return {"rows": rows, "median_abs_rel_error": statistics.median(errors),
+            "worst_abs_rel_error": max(errors), "speedups": speedups,
+            "about": published_runs()["about"]}

@@ -66,13 +66,19 @@ def add_parsers(sub) -> None:
     c.add_argument("--layers", type=int)
 
     p = sub.add_parser("plan", help="recommend a CP x TP x CFG layout for a model")
-    p.add_argument("--model", required=True)
+    p.add_argument("--model")
     p.add_argument("--height", type=int)
     p.add_argument("--width", type=int)
     p.add_argument("--frames", type=int)
-    p.add_argument("--gpus", type=int, required=True)
+    p.add_argument("--gpus", type=int)
     p.add_argument("--gpu", default="h100")
     p.add_argument("--nodes", type=int, default=1)
+    p.add_argument("--steps", type=int, help="denoising steps (default 50)")
+    p.add_argument("--kernel", default="auto", help="attention kernel: auto, fa2, fa3, sdpa")
+    p.add_argument("--layout", help="cost this layout, e.g. cfg=2,ulysses=4,ring=1,tp=1")
+    p.add_argument("--fsdp", action="store_true", help="weights FSDP-sharded over all GPUs")
+    p.add_argument("--validate", action="store_true",
+                   help="predict every published run in the facts and report the errors")
     p.add_argument("--json", action="store_true")
 
 
@@ -183,13 +189,41 @@ def _comm_cmd(args):
     return d, text
 
 
+def _validate_cmd(args):
+    for flag in ("model", "gpus", "layout", "height", "width", "frames", "steps"):
+        if getattr(args, flag) is not None:
+            raise InputError(f"--validate predicts the published runs as they were made: drop "
+                             f"--{flag}")
+    d = plan.validate()
+    lines = [f"{'table':28s} {'GPUs':>4}  {'published s':>11}  {'predicted s':>11}  ratio"]
+    lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "
+              f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}" for r in d["rows"]]
+    lines.append(f"median |predicted / published - 1| = {d['median_abs_rel_error']:.1%}, worst "
+                 f"{d['worst_abs_rel_error']:.1%}")
+    lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
+              f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x"
+              for name, v in d["speedups"].items()]
+    return d, "\n".join(lines)
+
+
 def _plan_cmd(args):
+    if args.validate:
+        return _validate_cmd(args)
+    if args.model is None or args.gpus is None:
+        raise InputError("plan needs --model ID and --gpus N (or --validate)")
     d = plan.plan(args.model, args.height, args.width, args.frames, args.gpus, args.gpu,
-                  args.nodes)
-    text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['nodes']} node(s)): CFG-parallel "
-            f"{d['cfg_parallel']} x TP {d['tp']} x CP {d['cp']} (Ulysses {d['ulysses']} x ring "
-            f"{d['ring']}), {_gb(d['per_gpu_bytes'])} per GPU, ~{d['seconds_per_step']:.2f} s "
-            "per sampling step (model)\n" + "\n".join(f"  - {r}" for r in d["reasoning"]))
+                  args.nodes, steps=args.steps, kernel=args.kernel, layout=args.layout,
+                  fsdp=args.fsdp)
+    if not d["valid"]:
+        return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
+    text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['nodes']} node(s)): "
+            f"{plan.Layout(**d['layout'])}, {_gb(d['per_gpu_bytes'])} per GPU "
+            f"({'fits' if d['fits'] else 'does NOT fit'}), {d['seconds_per_step']:.2f} s per "
+            f"step, {d['seconds_total']:.0f} s for {d['steps']} steps and the fixed costs "
+            "(model)\n" + "\n".join(f"  - {r}" for r in d["reasoning"]))
+    for r in d.get("runners_up", []):
+        text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
+                 f"({r['why_not']})")
     return d, text
 
 

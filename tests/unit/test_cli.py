@@ -96,6 +96,14 @@ def test_model_fills_dimensions(capsys):
     (["generate", "--attention", "full", "--temporal", "ring"], "needs --attention factored"),
     (["tokens", "--model", "", "--height", "720", "--width", "1280", "--frames", "5"],
      "--model is empty"),
+    # the planner
+    (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--layout", "cfg=2,ulysses=2"],
+     "needs 4 GPUs, not --gpus 8"),
+    (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--kernel", "fa9"], "--kernel must be"),
+    (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--gpu", "a100", "--kernel", "fa3"],
+     "no published rate on ampere"),
+    (["plan", "--validate", "--model", "wan2.1-t2v-14b"], "drop --model"),
+    (["plan", "--gpus", "8"], "plan needs --model"),
     # mesh layouts: checked before any process starts
     (["generate", "--layout", "tp=3"], "layouts of 3 ranks that work: ring3"),
     (["generate", "--layout", "cfg=2", "--nproc", "4"], "pass --nproc 2"),

@@ -1,0 +1,172 @@
+"""What one layout of a real model costs on real GPUs: seconds per step, fixed seconds, bytes.
+
+    cpcourse plan --model hunyuanvideo-13b --gpus 8 --gpu h100 --layout ulysses=8 --json
+
+`cost(...)` prices a `cpcourse.mesh.Layout` (cfg x ring x ulysses x tp) term by term. Every rate
+is a GPU's peak times a share measured elsewhere (the facts sheet names where); every volume is
+counted from what the code of the real systems sends. Nothing is fitted to the published runs
+that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
+the N tokens, the model's `hidden` split over T tp ranks:
+    linear     2 n P_tok / T FLOPs (P_tok: the block weights a video token meets; a cross-
+               attention's K/V weights meet the text, 2 N_text (2 hidden^2) per layer, instead)
+               at peak x matmul_efficiency
+    attention  4 n N hidden / T per layer (+ 4 n N_text hidden / T for cross-attention) at
+               peak x the kernel's efficiency (FA2, FA3, SDPA by architecture)
+    merge      the ring folds R - 1 blocks into its running output: 26 bytes moved per element
+               of n x hidden / T per fold (counted from `cpcourse.ring._fold`), at memory
+               bandwidth
+    ulysses    4 all-to-alls per layer (q, k, v, out) of (U - 1) / U x n hidden / T x 2 bytes,
+               exposed (xDiT and yunchang wait on them)
+    ring       R - 1 hops of K/V, 2 x n hidden / T x 2 bytes each, overlapped with that block's
+               attention: only what the hop takes longer is exposed
+    tp         the all-reduces each block really has (cross-attention blocks 3, joint blocks 2,
+               HunyuanVideo's single-stream blocks 1), 2 (T - 1) / T x n hidden x 2 bytes, exposed
+    fsdp       weights sharded over all GPUs (Wan's --dit_fsdp): each layer's weights gathered
+               per forward, (W - 1) / W of them, overlapped with the layer's compute
+    cfg        one all-gather of the predicted latents per step (CFG-parallel)
+Each group uses the link it crosses: consecutive ranks inside a node talk over the GPU's own
+intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node over InfiniBand.
+Fixed costs, once per video: the VAE decode (FLOPs counted from diffusers' own VAE class,
+tools/derive_vae_flops.py) on one GPU at the matmul rate, a lower bound (convolutions rarely run
+as fast as matmuls); the text encoder's 2 P_text tokens FLOPs per prompt. Memory per GPU:
+weights (all experts of an MoE resident) / T, or / W plus one gathered layer under FSDP; the
+residual stream n x hidden (TP does not divide it), the per-head tensors n x (3 hidden + ffn) / T,
+the ring's two K/V buffers, the all-to-all's buffers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from functools import lru_cache
+from importlib import resources
+
+from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.mesh import Layout
+from cpcourse.tokens import facts, get_model
+
+BYTES = 2  # bf16 weights and activations
+# One fold of a ring block into the running fp32 output, as cpcourse.ring._fold does it: the
+# block's bf16 out cast up (read 2, write 4), out scaled in place (read 4, write 4), the block
+# added in (read 4 + 4, write 4); the lse rows are 1/D of that.
+MERGE_BYTES_PER_ELEMENT = 26
+# Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
+TEXT_ENCODERS = {
+    "wan": (5.7e9, "umT5-XXL encoder: Wan2.1 wan/modules/t5.py umt5_xxl (dim 4096, ffn 10240, 24 "
+                   "layers, vocab 256,384)"),
+    "hunyuanvideo": (8.15e9, "llava-llama-3-8B (8.03B) + CLIP-L text (0.12B): HunyuanVideo "
+                             "README, ckpts/"),
+    "cogvideox": (4.76e9, "T5-XXL encoder (google/t5-v1_1-xxl encoder): CogVideoX pipeline"),
+}
+VAE_FAMILY = {"wan2.1": "wan2.1", "wan2.2-t2v": "wan2.1", "hunyuanvideo": "hunyuanvideo",
+              "cogvideox": "cogvideox", "mochi": "mochi", "ltx-video": "ltx-video"}
+
+
+@lru_cache(maxsize=1)
+def vae_flops_table() -> dict:
+    text = resources.files("cpcourse").joinpath("data/vae_decode_flops.json").read_text()
+    return json.loads(text)["families"]
+
+
+def _facts_entry(model_id: str) -> dict:
+    return next(m for m in facts()["models"] if m["id"] == model_id)
+
+
+def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> float | None:
+    """FLOPs of decoding the whole latent video, None when the model's VAE is not counted."""
+    family = next((f for prefix, f in VAE_FAMILY.items() if model_id.startswith(prefix)), None)
+    if family is None:
+        return None
+    per = vae_flops_table()[family]["flops_per_latent_pixel"]
+    f9, f17 = per["9"], per["17"]
+    per_pixel = f9 * latent_frames / 9 if latent_frames < 9 else f9 + (f17 - f9) / 8 * (
+        latent_frames - 9)
+    return per_pixel * latent_pixels
+
+
+def all_reduces_per_forward(model_id: str, layers: int, text_joint: bool) -> int:
+    """TP all-reduces in one forward, as the blocks have them (see the module docstring)."""
+    if model_id.startswith("hunyuanvideo"):
+        return 20 * 2 + 40 * 1  # 20 dual-stream blocks (attention, MLP), 40 single-stream
+    return layers * (2 if text_joint else 3)
+
+
+def _link_for(span: int, gpus_per_node: int, gpu):
+    """The link a group of `span` consecutive ranks crosses."""
+    return get_link(gpu.intra_link if span <= gpus_per_node else gpu.nic)
+
+
+def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
+         kernel: str = "fa2", fsdp: bool = False, steps: int = 50) -> dict:
+    """Seconds and bytes of `layout` for `tok` (a `cpcourse.tokens.TokenCount`); see above."""
+    m, g, f = get_model(model_id), get_gpu(gpu_id), _facts_entry(model_id)
+    eff, eff_source = kernel_efficiency(g.id, kernel)
+    d = facts()["calculator_defaults"]
+    matmul = g.bf16_tflops * 1e12 * float(d["matmul_efficiency"])
+    attn_rate = g.bf16_tflops * 1e12 * (eff or 0.0)
+    c, r, u, t = layout.cfg, layout.ring, layout.ulysses, layout.tp
+    world = layout.world
+    n_seq = tok.sequence_length
+    n_text = tok.text_tokens
+    cross = not m.text_joint and n_text > 0
+    n = math.ceil(n_seq / (r * u))
+    h, layers = m.hidden, m.layers
+    p_block = float(f.get("est_block_params_B") or m.params_b) * 1e9  # active (one expert)
+    kv_cross = 2 * h * h * layers if cross else 0  # cross-attention K/V weights meet the text
+    linear_flops = 2 * n * (p_block - kv_cross) / t + 2 * n_text * kv_cross / t
+    attn_flops = layers * 4 * n * n_seq * h / t + (layers * 4 * n * n_text * h / t if cross else 0)
+    linear_s, attn_s = linear_flops / matmul, (attn_flops / attn_rate if eff else math.inf)
+    hbm = g.hbm_tbps * 1e12
+    merge_s = layers * (r - 1) * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
+    uly_link = _link_for(u * t, gpus_per_node, g)
+    ring_link = _link_for(r * u * t, gpus_per_node, g)  # the ring spans ring x ulysses x tp
+    tp_link = _link_for(t, gpus_per_node, g)
+    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
+    ring_s = 0.0
+    if r > 1:
+        hop = 2 * n * h / t * BYTES / (ring_link.effective_gbps * 1e9)
+        block = 4 * u * n * n * h / t / attn_rate if eff else math.inf
+        ring_s = layers * (r - 1) * max(0.0, hop - block)
+    reduces = all_reduces_per_forward(m.id, layers, m.text_joint)
+    tp_s = reduces * 2 * (t - 1) / t * n * h * BYTES / (tp_link.effective_gbps * 1e9)
+    fsdp_s = 0.0
+    if fsdp and world > 1:
+        fsdp_link = _link_for(world, gpus_per_node, g)
+        gather = p_block / layers * BYTES * (world - 1) / world / (fsdp_link.effective_gbps * 1e9)
+        layer_compute = (linear_s + attn_s) / layers
+        fsdp_s = layers * max(0.0, gather - layer_compute)
+    forwards = m.cfg_forwards // c
+    per_forward = {"linear": linear_s, "attention": attn_s, "ring_merge": merge_s,
+                   "ulysses": uly_s, "ring_exposed": ring_s, "tp_allreduce": tp_s,
+                   "fsdp_exposed": fsdp_s}
+    latent = tok.latent_frames * tok.latent_height * tok.latent_width * m.latent_channels
+    cfg_s = (latent * BYTES / (_link_for(world, gpus_per_node, g).effective_gbps * 1e9)
+             if c == 2 else 0.0)
+    step_s = forwards * sum(per_forward.values()) + cfg_s
+    vae = vae_decode_flops(m.id, tok.latent_frames, tok.latent_height * tok.latent_width)
+    enc = next((TEXT_ENCODERS[k] for k in TEXT_ENCODERS if m.id.startswith(k)), None)
+    prompts = 2 if m.cfg_forwards == 2 else 1
+    fixed = {"vae_decode": (vae or 0.0) / matmul,
+             "text_encoder": (2 * enc[0] * n_text * prompts / matmul) if enc else 0.0}
+    # memory per GPU
+    weights = m.params_b * 1e9 * BYTES
+    weights_gpu = weights / world + p_block / layers * BYTES if fsdp and world > 1 else weights / t
+    acts = n * (3 * h + (3 * h + m.ffn) / t) * BYTES
+    ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
+    a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
+    memory = {"weights": int(weights_gpu), "activations": int(acts), "ring_buffers": int(ring_buf),
+              "all_to_all_buffers": int(a2a_buf)}
+    per_gpu = sum(memory.values())
+    return {
+        "layout": layout.as_dict(), "tokens_per_rank": n, "kernel": kernel,
+        "kernel_efficiency": eff, "kernel_source": eff_source,
+        "links": {"ulysses": uly_link.id if u > 1 else None,
+                  "ring": ring_link.id if r > 1 else None, "tp": tp_link.id if t > 1 else None},
+        "forwards_per_step": forwards, "seconds_per_step": step_s,
+        "seconds_fixed": sum(fixed.values()), "seconds_total": steps * step_s + sum(fixed.values()),
+        "per_gpu_bytes": int(per_gpu), "fits": per_gpu <= g.hbm_bytes,
+        "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": cfg_s,
+                      "fixed_seconds": fixed, "memory_bytes": memory,
+                      "tp_all_reduces_per_forward": reduces if t > 1 else 0,
+                      "vae_counted": vae is not None, "text_encoder": enc[1] if enc else None},
+    }

@@ -1,0 +1,166 @@
+"""The deployment cost model term by term against hand calculations, the planner's validity
+rules, ties, bad input, and its validation against the published runs."""
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+
+import pytest
+
+from cpcourse.deployment import (
+    MERGE_BYTES_PER_ELEMENT,
+    all_reduces_per_forward,
+    cost,
+    vae_decode_flops,
+    vae_flops_table,
+)
+from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.mesh import Layout
+from cpcourse.plan import plan, validate, validity
+from cpcourse.support.errors import InputError
+from cpcourse.tokens import facts, model_tokens, published_runs
+
+WAN, HY = "wan2.1-t2v-14b", "hunyuanvideo-13b"
+
+
+def _c(model, layout, gpu="h100", per_node=8, **kw):
+    return cost(model, model_tokens(model), gpu, Layout.parse(layout), per_node, **kw)
+
+
+def test_compute_terms_by_hand():
+    g = get_gpu("h100")
+    tok = model_tokens(WAN)  # 75,600 video tokens, 512 text tokens by cross-attention
+    c = _c(WAN, "ulysses=8")["breakdown"]["per_forward_seconds"]
+    n, h, layers = 75600 // 8, 5120, 40
+    matmul = g.bf16_tflops * 1e12 * facts()["calculator_defaults"]["matmul_efficiency"]
+    p_block = 14.05e9
+    kv = 2 * h * h * layers  # cross-attention K/V weights: they meet the 512 text tokens
+    assert c["linear"] == pytest.approx((2 * n * (p_block - kv) + 2 * 512 * kv) / matmul)
+    rate = g.bf16_tflops * 1e12 * kernel_efficiency(g.id, "fa2")[0]
+    attn = layers * 4 * n * (75600 * h + 512 * h)
+    assert c["attention"] == pytest.approx(attn / rate)
+    assert tok.sequence_length == 75600
+
+
+def test_communication_terms_by_hand():
+    nv = get_link("nvlink4")
+    c = _c(HY, "ulysses=8")["breakdown"]["per_forward_seconds"]
+    n = math.ceil(119056 / 8)
+    assert c["ulysses"] == pytest.approx(60 * 4 * 7 / 8 * n * 3072 * 2 / (nv.effective_gbps * 1e9))
+    r = _c(HY, "ring=2,ulysses=4")["breakdown"]["per_forward_seconds"]
+    n = math.ceil(119056 / 8)
+    hbm = get_gpu("h100").hbm_tbps * 1e12
+    assert r["ring_merge"] == pytest.approx(60 * 1 * MERGE_BYTES_PER_ELEMENT * n * 3072 / hbm)
+    assert r["ring_exposed"] == 0  # a hop of 2 n hidden x 2 bytes hides behind its block
+
+
+def test_ring_crosses_infiniband_only_when_wider_than_a_node():
+    assert _c(HY, "ring=2,ulysses=4", per_node=8)["links"]["ring"] == "nvlink4"
+    two_nodes = _c(HY, "ring=2,ulysses=4", per_node=4)
+    assert two_nodes["links"] == {"ulysses": "nvlink4", "ring": "ib-ndr", "tp": None}
+    assert _c(WAN, "ring=8", gpu="rtx4090")["links"]["ring"] == "pcie4"  # no NVLink there
+
+
+def test_tp_all_reduces_as_the_blocks_have_them():
+    assert all_reduces_per_forward(WAN, 40, False) == 120  # self, cross, FFN per block
+    assert all_reduces_per_forward(HY, 60, True) == 80  # 20 dual (2 each), 40 single (1)
+    assert all_reduces_per_forward("cogvideox-5b", 42, True) == 84
+    t = _c(WAN, "tp=4,ulysses=2")
+    n = 75600 // 2
+    nv = get_link("nvlink4")
+    want = 120 * 2 * 3 / 4 * n * 5120 * 2 / (nv.effective_gbps * 1e9)
+    assert t["breakdown"]["per_forward_seconds"]["tp_allreduce"] == pytest.approx(want)
+
+
+def test_memory_terms_the_old_planner_got_wrong():
+    # after Ulysses a ring block is n x hidden / tp, not divided by ulysses again
+    m = _c(HY, "ring=2,ulysses=4")["breakdown"]["memory_bytes"]
+    n = math.ceil(119056 / 8)
+    assert m["ring_buffers"] == int(2 * 2 * n * 3072 * 2)
+    # TP divides weights, not the residual stream
+    t1, t2 = _c(WAN, "ulysses=8"), _c(WAN, "tp=2,ulysses=4")
+    assert t2["breakdown"]["memory_bytes"]["weights"] == pytest.approx(
+        t1["breakdown"]["memory_bytes"]["weights"] / 2)
+    n1, n2 = 75600 // 8, 75600 // 4
+    assert t1["breakdown"]["memory_bytes"]["activations"] == int(
+        n1 * (3 * 5120 + 3 * 5120 + 13824) * 2)
+    assert t2["breakdown"]["memory_bytes"]["activations"] == int(
+        n2 * (3 * 5120 + (3 * 5120 + 13824) / 2) * 2)
+    # an MoE keeps both experts resident while one is active per step
+    moe = _c("wan2.2-t2v-a14b", "ulysses=8")
+    assert moe["breakdown"]["memory_bytes"]["weights"] == pytest.approx(27e9 * 2)
+    dense = _c(WAN, "ulysses=8")
+    assert moe["breakdown"]["per_forward_seconds"]["linear"] == pytest.approx(
+        dense["breakdown"]["per_forward_seconds"]["linear"])
+    # FSDP: a 1/W share of the weights plus one gathered layer
+    f = _c(WAN, "ulysses=8", fsdp=True)["breakdown"]["memory_bytes"]["weights"]
+    assert f == int(14e9 * 2 / 8 + 14.05e9 / 40 * 2)
+
+
+def test_hunyuanvideo_split_rule_caps_the_gpus():
+    big = model_tokens(HY, 960, 960, 129)
+    assert validity(HY, big, Layout(ulysses=8)) and "neither divides" in validity(
+        HY, big, Layout(ulysses=8))
+    assert validity(HY, big, Layout(ulysses=6)) is None
+    odd = model_tokens(HY, 832, 1104, 129)
+    assert validity(HY, odd, Layout(ulysses=4)) is None
+    assert validity(HY, odd, Layout(ulysses=8)) and validity(HY, odd, Layout(ring=6))
+    assert validity(HY, model_tokens(HY), Layout(ulysses=8)) is None  # 720p: width splits
+    assert "guidance-distilled" in validity(HY, model_tokens(HY), Layout(cfg=2, ulysses=4))
+
+
+def test_search_names_ties_and_runners_up():
+    p = plan(HY, gpus=8)
+    assert p["valid"] and p["layout"]["cfg"] == 1
+    best = p["seconds_total"]
+    for t in p["tie"]:
+        other = next(a for a in p["alternatives"] if a["layout"] == t)
+        assert other["seconds_total"] <= best * 1.02
+    assert any("tie" in line for line in p["reasoning"]) == bool(p["tie"])
+    for r in p["runners_up"]:
+        assert r["seconds_total"] > best * 1.02 and r["why_not"]
+    p = plan(HY, 960, 960, 129, gpus=8)
+    assert any("neither divides" in i["reason"] for i in p["invalid"])
+
+
+def test_costing_a_given_layout_and_bad_input():
+    p = plan(WAN, gpus=8, layout="cfg=2,ulysses=4")
+    assert p["valid"] and p["layout"] == {"cfg": 2, "ring": 1, "ulysses": 4, "tp": 1}
+    assert p["forwards_per_step"] == 1
+    with pytest.raises(InputError, match="needs 4 GPUs, not --gpus 8"):
+        plan(WAN, gpus=8, layout="cfg=2,ulysses=2")
+    with pytest.raises(InputError, match="unknown GPU"):
+        plan(WAN, gpus=8, gpu="tpu-v5")
+    with pytest.raises(InputError, match="--kernel must be"):
+        plan(WAN, gpus=8, kernel="fa9")
+    with pytest.raises(InputError, match="no published rate on ampere"):
+        plan(WAN, gpus=8, gpu="a100", kernel="fa3")
+
+
+def test_validation_reports_every_published_run():
+    v = validate()
+    assert len(v["rows"]) == len(published_runs()["runs"])
+    errors = sorted(abs(r["ratio"] - 1) for r in v["rows"])
+    assert v["median_abs_rel_error"] == pytest.approx(statistics.median(errors))
+    assert v["worst_abs_rel_error"] == errors[-1]
+    assert v["median_abs_rel_error"] < 0.2  # the issue's bar for the median
+    assert set(v["speedups"]) == {r["table"] for r in v["rows"]}
+
+
+def test_vae_flops_file_is_what_diffusers_counts():
+    tools = Path(__file__).resolve().parents[2] / "tools"
+    sys.path.insert(0, str(tools))
+    try:
+        from derive_vae_flops import derive
+    finally:
+        sys.path.remove(str(tools))
+    assert derive("wan2.1")["flops_per_latent_pixel"] == vae_flops_table()["wan2.1"][
+        "flops_per_latent_pixel"]
+    # linear in pixels, and the 720p Wan video decodes in ~0.6 PFLOP
+    tok = model_tokens(WAN)
+    total = vae_decode_flops(WAN, tok.latent_frames, tok.latent_height * tok.latent_width)
+    assert 4e14 < total < 9e14
+    assert vae_decode_flops("step-video-t2v-30b", 21, 100) is None
+    json.dumps(vae_flops_table())
