@@ -28,6 +28,7 @@ import os
 import pickle
 import queue
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -103,6 +104,27 @@ def _absolute(target: str) -> str:
     if where.endswith(".py") or os.sep in where or not fn:
         where = os.path.abspath(where)
     return f"{where}:{fn}" if fn else where
+
+
+class _Terminated(SystemExit):
+    """SIGTERM reached the caller while its ranks ran: end them and clean up, then exit 143."""
+
+
+def _raise_on_sigterm():
+    """While ranks run, SIGTERM (a job scheduler's stop, `kill PID`) raises `_Terminated` so the
+    launch ends its process tree and removes its run folder; without this the default action
+    kills the caller at once and leaves the folder behind. Only from the main thread, and only
+    over the default disposition (a handler the caller installed is left alone). Returns the
+    function that restores the previous handler."""
+    if threading.current_thread() is not threading.main_thread() or (
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def handler(signum, frame):
+        raise _Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def _pump(pipe, name: str, out: queue.Queue) -> None:
@@ -194,6 +216,7 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
             launcher_log.append(line.rstrip("\n"))
 
     first_error_at, running_since, next_scan, failure = None, None, 0.0, None
+    restore = _raise_on_sigterm()
     try:
         while state["open"]:
             try:
@@ -224,10 +247,12 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
                 failure = LaunchTimeout(timeout if running_since else start_timeout, stuck,
                                         finished, starting=running_since is None)
                 break
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, _Terminated):
         proctree.end_tree(proc, noted, marker)
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
+    finally:
+        restore()
     # Success: the workers are gone and torchrun has nothing left to do, so no grace for it.
     # Otherwise SIGTERM first: torchrun then stops its workers itself.
     done = failure is None and first_error_at is None and not rank_procs(run_dir, nproc)

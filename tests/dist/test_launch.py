@@ -135,8 +135,8 @@ def test_a_deadlock_times_out_naming_rank_and_operation(mark):
     assert "rank 0:" in str(info.value) and "timed out after 5 s" in str(info.value)
 
 
-@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL])
-def test_a_killed_launch_leaves_no_process(how, mark):
+@pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGTERM, signal.SIGKILL])
+def test_a_killed_launch_leaves_no_process(how, mark, tmp_path):
     # A shell that started this run in the background (`cmd &`) left SIGINT ignored, and an
     # ignored signal stays ignored in every child: give the caller Python's own handler back.
     code = textwrap.dedent(f"""
@@ -146,18 +146,24 @@ def test_a_killed_launch_leaves_no_process(how, mark):
         launch({__file__!r} + ":sleep_forever", 2, timeout=300, env={{"M": {mark!r}}})
     """)
     caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              start_new_session=True)
+                              start_new_session=True, env={**os.environ, "TMPDIR": str(tmp_path)})
     try:
         lines = [caller.stdout.readline() for _ in range(2)]
         assert all("started" in line for line in lines), lines
         assert len(marked(mark)) == 3  # torchrun and its two workers
+        assert len(list(tmp_path.glob("cpcourse-launch-*"))) == 1
         caller.send_signal(how)
-        caller.wait(timeout=30)
+        code = caller.wait(timeout=30)
     finally:
         if caller.poll() is None:
             caller.kill()
             caller.wait()
-    # the `mark` fixture checks that torchrun and both workers are gone
+    # the `mark` fixture checks that torchrun and both workers are gone; a signal the caller can
+    # catch also removes the run folder (SIGKILL cannot be caught: nothing runs after it)
+    if how != signal.SIGKILL:
+        assert list(tmp_path.glob("cpcourse-launch-*")) == []
+    if how == signal.SIGTERM:
+        assert code == 128 + signal.SIGTERM
 
 
 def test_the_magic_runs_a_cell_on_ranks(mark, capsys, monkeypatch):
