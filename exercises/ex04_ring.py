@@ -1,8 +1,8 @@
 # Yours to edit. Generated from solutions/ex04_ring.py by tools/make_exercises.py
-# stub-sha256: 0fff0cfa8a69bd4a (how the generator tells your edits from its output)
+# stub-sha256: 67dcdece6909401b (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 04, the ring on real processes: the ring forward, Ulysses' all-to-all,
-and a bug hunt.
+"""Exercises of notebook 04, the ring on real processes: one hop, the ring forward, Ulysses'
+all-to-all, and a bug hunt.
 
     python -m pytest tests/graded --ex 04.1 --impl exercises
 
@@ -24,6 +24,26 @@ import torch.distributed as dist
 from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import agree, global_rank, require_group
 from cpcourse.support.errors import require
+
+
+def ring_hop(block: torch.Tensor, group=None) -> torch.Tensor:
+    """One hop of the ring: send this rank's block to rank r + 1, receive rank r - 1's.
+
+    block `[2, B, H, L_r, D]`: this rank's K and V stacked (one message per hop). Returns the
+    block of rank (r - 1) mod P, `[2, B, H, L_{r-1}, D]`: its length is THAT rank's shard
+    length, which differs from yours when P does not divide L (and may be 0). On one rank the
+    block comes back to itself. Send and receive together
+    (`dist.batch_isend_irecv([dist.P2POp(dist.isend, ...), dist.P2POp(dist.irecv, ...)])`,
+    peers as global ranks), skip an empty send or receive, and wait before returning.
+    """
+    # Exercise 04.0: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 04.0 ring_hop: read notebook 04, \"Your ring on real processes\". "
+        "Hint: three questions before any byte moves: who is my successor and "
+        "predecessor (as global ranks: p2p calls do not take ranks within a group), "
+        "how long is the block that ARRIVES (not mine), and is there anything to send "
+        "or receive at all. (2 more: cpcourse.hint(\"04.0\"))"
+    )
 
 
 def ring_forward(q, k, v, group=None, scale=None):

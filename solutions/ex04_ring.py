@@ -1,5 +1,5 @@
-"""Exercises of notebook 04, the ring on real processes: the ring forward, Ulysses' all-to-all,
-and a bug hunt.
+"""Exercises of notebook 04, the ring on real processes: one hop, the ring forward, Ulysses'
+all-to-all, and a bug hunt.
 
     python -m pytest tests/graded --ex 04.1 --impl exercises
 
@@ -21,6 +21,43 @@ import torch.distributed as dist
 from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import agree, global_rank, require_group
 from cpcourse.support.errors import require
+
+
+def ring_hop(block: torch.Tensor, group=None) -> torch.Tensor:
+    """One hop of the ring: send this rank's block to rank r + 1, receive rank r - 1's.
+
+    block `[2, B, H, L_r, D]`: this rank's K and V stacked (one message per hop). Returns the
+    block of rank (r - 1) mod P, `[2, B, H, L_{r-1}, D]`: its length is THAT rank's shard
+    length, which differs from yours when P does not divide L (and may be 0). On one rank the
+    block comes back to itself. Send and receive together
+    (`dist.batch_isend_irecv([dist.P2POp(dist.isend, ...), dist.P2POp(dist.irecv, ...)])`,
+    peers as global ranks), skip an empty send or receive, and wait before returning.
+    """
+    # BEGIN SOLUTION 04.0 | notebook 04, "Your ring on real processes"
+    # | hint: three questions before any byte moves: who is my successor and predecessor (as
+    # | global ranks: p2p calls do not take ranks within a group), how long is the block that
+    # | ARRIVES (not mine), and is there anything to send or receive at all.
+    # | hint2: L = 7 on P = 3 gives lengths [3, 2, 2]: rank 1 holds 2 tokens and receives rank
+    # | 0's 3, so its buffer is [2, B, H, 3, D]. L = 3 on P = 4 gives [1, 1, 1, 0]: rank 3 sends
+    # | nothing and rank 0 receives nothing, and each side must know it or the other waits.
+    # | hint3: lens = [s[3] for s in agree(group, seq_dim=3, block=block)["block"]]; nxt =
+    # | block.new_empty(*block.shape[:3], lens[(rank - 1) % P], block.shape[4]); post the
+    # | non-empty P2POps with dist.batch_isend_irecv, wait on every request, return nxt.
+    rank, world = require_group(group, "ring_hop")
+    lens = [s[3] for s in agree(group, seq_dim=3, block=block)["block"]]
+    if world == 1:
+        return block.clone()
+    dst, src = global_rank(group, (rank + 1) % world), global_rank(group, (rank - 1) % world)
+    nxt = block.new_empty(*block.shape[:3], lens[(rank - 1) % world], block.shape[4])
+    ops = []
+    if block.numel():
+        ops.append(dist.P2POp(dist.isend, block.contiguous(), dst, group))
+    if nxt.numel():
+        ops.append(dist.P2POp(dist.irecv, nxt, src, group))
+    for req in dist.batch_isend_irecv(ops) if ops else []:
+        req.wait()
+    return nxt
+    # END SOLUTION
 
 
 def ring_forward(q, k, v, group=None, scale=None):

@@ -1,4 +1,5 @@
-"""Graded tests of notebook 04: the ring forward, Ulysses' all-to-all and the padded-ring bug hunt,
+"""Graded tests of notebook 04: one hop, the ring forward, Ulysses' all-to-all and the padded-ring
+bug hunt,
 each in ONE launch of real processes (gloo).
 
     python -m pytest tests/graded --ex 04.1 --impl solutions
@@ -47,6 +48,12 @@ def rank_worker(impl_name, exercise, shapes, sizes):
         for i, shape in enumerate(shapes):
             q, k, v = _qkv(shape, seed=i)
             mine = [shard(x, rank, p).float() for x in (q, k, v)]
+            if exercise == "04.0":  # one hop: the predecessor's K/V block arrives
+                got = mod.ring_hop(torch.stack(mine[1:]), group=group)
+                prev = (rank - 1) % p
+                want = torch.stack([shard(x, prev, p).float().double() for x in (k, v)])
+                out.append((p, str(shape), got.double(), want))
+                continue
             if exercise == "04.2":
                 got = mod.seq_to_heads(mine[0], group=group)
                 want = q.float().double()[:, rank * shape[1] // p:(rank + 1) * shape[1] // p]
@@ -84,9 +91,9 @@ def _run(impl_name, exercise, shapes, sizes, tol):
             assert got.shape == want.shape, \
                 f"{where}: output shape {tuple(got.shape)}, want {tuple(want.shape)}"
             length = int(case.strip("()").split(",")[2])
-            coords = ({"L": sequence_coords(length, world_size=p)} if exercise != "04.2"
-                      else None)
-            if exercise != "04.2":  # rows of this rank: coordinates in the whole sequence
+            coords = ({"L": sequence_coords(length, world_size=p)}
+                      if exercise not in ("04.0", "04.2") else None)
+            if coords is not None:  # rows of this rank: coordinates in the whole sequence
                 offset = sum(len(c) for c in torch.tensor_split(torch.arange(length), p)[:rank])
                 coords = {"L": lambda i, o=offset, f=coords["L"]: f(i + o)}
             assert_close(got, want, atol=tol, rtol=tol, dims=DIMS, coords=coords,
@@ -98,6 +105,11 @@ def _run(impl_name, exercise, shapes, sizes, tol):
 def impl_name(request):
     """"exercises" or "solutions": which the ranks load (they cannot share the impl fixture)."""
     return request.config.getoption("--impl")
+
+
+@pytest.mark.ex("04.0")
+def test_one_hop_at_p_1_to_4(impl_name):
+    _run(impl_name, "04.0", RING_SHAPES, (1, 2, 3, 4), 0.0)
 
 
 @pytest.mark.ex("04.1")
