@@ -16,7 +16,8 @@ What each dim does to a rank's work (B videos, L tokens, H heads):
     ulysses  inside a ring rank's group of U, an all-to-all trades the sequence split for a head
              split, so the ring then runs on U times longer blocks with H / (U T) heads
     tp       heads and MLP columns split over T ranks (`cpcourse.tensor_parallel`); every tp rank
-             holds the same tokens, so TP divides weights and FLOPs, not activations
+             holds the same tokens, so TP divides weights, FLOPs and the per-head tensors, but
+             not the residual stream `[B, L, hidden]`: CP divides that
 Heads must divide by U x T (the head limit USP lifts: the ring has none). `make_mesh` refuses
 anything else with the layouts that would work.
 """

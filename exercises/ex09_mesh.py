@@ -1,0 +1,97 @@
+# Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
+# stub-sha256: 6a5e9eaf4eafeb92 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
+
+    python -m pytest tests/graded --ex 09.1 --impl exercises
+
+Three pieces of `cpcourse.mesh` and `cpcourse.tensor_parallel`, written by you: the one exchange
+per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where a rank sits in a
+cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
+(`cpcourse.mesh.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
+Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
+(`cpcourse.tensor_parallel`). Check yours in the notebook with `cpcourse.check("09.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from cpcourse.dist import all_gather_single
+
+
+def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
+    """Classifier-free guidance split over two ranks: one exchange, the guided prediction on both.
+
+    pred `[B, ...]` (any shape, floating point): this rank's prediction for the latents x_t of
+    this step: the CONDITIONAL one on rank 0 of `group`, the UNCONDITIONAL one on rank 1 (the
+    convention of `cpcourse.mesh.cfg_branch`). group: a process group of exactly 2 ranks (the
+    mesh's "cfg" dim; None is the default group). Sends this rank's prediction once (one
+    collective carrying pred's bytes, nothing else) and returns
+    `uncond + scale * (cond - uncond)`: pred's shape and dtype, bitwise the same on both ranks.
+    """
+    # Exercise 09.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 09.1 cfg_parallel_step: read notebook 09, \"The CFG-parallel step\". "
+        "Hint: each rank holds half of the pair the guidance formula needs; after one "
+        "exchange both hold both halves. Gather into one buffer with a slot per rank "
+        "(rank 0's slot is the conditional prediction, rank 1's the unconditional), "
+        "then let both ranks evaluate the same formula on the same two tensors, so "
+        "they agree to the bit. (2 more: cpcourse.hint(\"09.1\"))"
+    )
+
+
+def mesh_position(rank: int, layout) -> dict:
+    """Where global `rank` sits in a cfg x ring x ulysses x tp mesh, and who it talks to.
+
+    layout: a `cpcourse.mesh.Layout` with degrees C = layout.cfg, R = layout.ring,
+    U = layout.ulysses, T = layout.tp (world C R U T). Ranks are laid out outer to inner,
+    rank = ((c * R + r) * U + u) * T + t, so the inner dims are neighbouring ranks. Returns
+        {"coords": {"cfg": c, "ring": r, "ulysses": u, "tp": t},
+         "cp_rank": r * U + u,            # which frame shard it holds (ring-major)
+         "ulysses": [...],                # global ranks of its Ulysses group, ascending:
+                                          #   the same c, r, t, every u in 0 .. U - 1
+         "ring": [...]}                   # global ranks of its ring group, ascending:
+                                          #   the same c, u, t, every r in 0 .. R - 1
+    Work it out from the degrees (do not call layout.coords: the grader compares with it, and
+    with the groups `cpcourse.mesh.make_mesh` builds).
+    """
+    # Exercise 09.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 09.2 mesh_position: read notebook 09, \"Which rank talks to which\". "
+        "Hint: read the rank as a number in a mixed radix: the innermost digit is tp "
+        "(the remainder by T), then ulysses, ring and cfg. A group of one dim is the "
+        "ranks whose other three digits are the same as yours: rebuild the rank from "
+        "the coordinates with that one digit run over its range. (2 more: "
+        "cpcourse.hint(\"09.2\"))"
+    )
+
+
+def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
+    """A two-layer MLP, `mlp(x)`, split over the T ranks of `group` with one all-reduce.
+
+    x `[..., d]`: the same on every rank (TP replicates the activations it is given). mlp: an
+    `nn.Sequential(nn.Linear(d, f), activation, nn.Linear(f, d))`, both layers with biases, the
+    activation elementwise (GELU in the course's DiT): the whole MLP (here every rank holds it;
+    a real TP rank would load only its slice). T divides f; rank i of `group` keeps the hidden
+    features i * f / T .. (i + 1) * f / T - 1:
+      * column-parallel first layer: its rows of mlp[0]'s weight and bias, `[..., f / T]`,
+        nothing sent;
+      * the activation mlp[1] on that slice (it is elementwise);
+      * row-parallel second layer: the same columns of mlp[2]'s weight, a partial `[..., d]`;
+      * ONE all-reduce (sum) of the partials over `group`, then mlp[2]'s bias, added once.
+    Returns `[..., d]`, the same on every rank, equal to mlp(x) up to float rounding.
+    """
+    # Exercise 09.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 09.3 tp_mlp: read notebook 09, \"A column-parallel and a "
+        "row-parallel layer\". Hint: the hidden features of an MLP are independent "
+        "until the second layer mixes them, and that layer is a sum over them: split "
+        "the sum. Each rank computes its slice of the hidden features (a slice of the "
+        "first layer's OUTPUT rows), multiplies it by the matching slice of the "
+        "second layer's INPUT columns, and one all-reduce adds the T partial sums. A "
+        "bias belongs to the sum, not to each partial. (2 more: "
+        "cpcourse.hint(\"09.3\"))"
+    )

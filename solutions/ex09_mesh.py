@@ -1,0 +1,132 @@
+"""Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
+
+    python -m pytest tests/graded --ex 09.1 --impl exercises
+
+Three pieces of `cpcourse.mesh` and `cpcourse.tensor_parallel`, written by you: the one exchange
+per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where a rank sits in a
+cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
+(`cpcourse.mesh.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
+Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
+(`cpcourse.tensor_parallel`). Check yours in the notebook with `cpcourse.check("09.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from cpcourse.dist import all_gather_single
+
+
+def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
+    """Classifier-free guidance split over two ranks: one exchange, the guided prediction on both.
+
+    pred `[B, ...]` (any shape, floating point): this rank's prediction for the latents x_t of
+    this step: the CONDITIONAL one on rank 0 of `group`, the UNCONDITIONAL one on rank 1 (the
+    convention of `cpcourse.mesh.cfg_branch`). group: a process group of exactly 2 ranks (the
+    mesh's "cfg" dim; None is the default group). Sends this rank's prediction once (one
+    collective carrying pred's bytes, nothing else) and returns
+    `uncond + scale * (cond - uncond)`: pred's shape and dtype, bitwise the same on both ranks.
+    """
+    # BEGIN SOLUTION 09.1 | notebook 09, "The CFG-parallel step"
+    # | hint: each rank holds half of the pair the guidance formula needs; after one exchange
+    # | both hold both halves. Gather into one buffer with a slot per rank (rank 0's slot is the
+    # | conditional prediction, rank 1's the unconditional), then let both ranks evaluate the
+    # | same formula on the same two tensors, so they agree to the bit.
+    # | hint2: pred [1, 128, 16] on each rank: a buffer [2, 1, 128, 16] filled by one all-gather
+    # | holds cond in [0] and uncond in [1] on BOTH ranks; with scale 4, uncond 0.5 and cond 1.0
+    # | give 0.5 + 4 * 0.5 = 2.5 everywhere. An all-reduce of a zero-padded [2, ...] buffer also
+    # | works but sends twice the bytes.
+    # | hint3: both = pred.new_empty((2, *pred.shape)); all_gather_single(both,
+    # | pred.contiguous(), group=group); cond, uncond = both[0], both[1]; return uncond + scale
+    # | * (cond - uncond).
+    both = pred.new_empty((2, *pred.shape))
+    all_gather_single(both, pred.contiguous(), group=group)
+    cond, uncond = both[0], both[1]
+    return uncond + scale * (cond - uncond)
+    # END SOLUTION
+
+
+def mesh_position(rank: int, layout) -> dict:
+    """Where global `rank` sits in a cfg x ring x ulysses x tp mesh, and who it talks to.
+
+    layout: a `cpcourse.mesh.Layout` with degrees C = layout.cfg, R = layout.ring,
+    U = layout.ulysses, T = layout.tp (world C R U T). Ranks are laid out outer to inner,
+    rank = ((c * R + r) * U + u) * T + t, so the inner dims are neighbouring ranks. Returns
+        {"coords": {"cfg": c, "ring": r, "ulysses": u, "tp": t},
+         "cp_rank": r * U + u,            # which frame shard it holds (ring-major)
+         "ulysses": [...],                # global ranks of its Ulysses group, ascending:
+                                          #   the same c, r, t, every u in 0 .. U - 1
+         "ring": [...]}                   # global ranks of its ring group, ascending:
+                                          #   the same c, u, t, every r in 0 .. R - 1
+    Work it out from the degrees (do not call layout.coords: the grader compares with it, and
+    with the groups `cpcourse.mesh.make_mesh` builds).
+    """
+    # BEGIN SOLUTION 09.2 | notebook 09, "Which rank talks to which"
+    # | hint: read the rank as a number in a mixed radix: the innermost digit is tp (the
+    # | remainder by T), then ulysses, ring and cfg. A group of one dim is the ranks whose other
+    # | three digits are the same as yours: rebuild the rank from the coordinates with that one
+    # | digit run over its range.
+    # | hint2: cfg2 x ring2 x ulysses2 (T = 1, 8 ranks): rank 6 = ((1 * 2 + 1) * 2 + 0) * 1 + 0
+    # | has c = 1, r = 1, u = 0, t = 0 and cp_rank 2; its Ulysses group is [6, 7] (u = 0, 1) and
+    # | its ring group [4, 6] (r = 0, 1). With tp = 2 inside, neighbours in a Ulysses group are
+    # | T = 2 ranks apart.
+    # | hint3: coords: for name, size in (tp, T), (ulysses, U), (ring, R), (cfg, C): value, rank
+    # | = rank % size, rank // size. Then at = lambda c, r, u, t: ((c * R + r) * U + u) * T + t;
+    # | ulysses = [at(c, r, x, t) for x in range(U)]; ring = [at(c, x, u, t) for x in range(R)].
+    sizes = {"cfg": layout.cfg, "ring": layout.ring, "ulysses": layout.ulysses, "tp": layout.tp}
+    coords, rest = {}, rank
+    for name in ("tp", "ulysses", "ring", "cfg"):
+        coords[name], rest = rest % sizes[name], rest // sizes[name]
+    c, r, u, t = (coords[n] for n in ("cfg", "ring", "ulysses", "tp"))
+    R, U, T = sizes["ring"], sizes["ulysses"], sizes["tp"]
+
+    def at(c, r, u, t):
+        return ((c * R + r) * U + u) * T + t
+
+    return {"coords": {n: coords[n] for n in ("cfg", "ring", "ulysses", "tp")},
+            "cp_rank": r * U + u,
+            "ulysses": [at(c, r, x, t) for x in range(U)],
+            "ring": [at(c, x, u, t) for x in range(R)]}
+    # END SOLUTION
+
+
+def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
+    """A two-layer MLP, `mlp(x)`, split over the T ranks of `group` with one all-reduce.
+
+    x `[..., d]`: the same on every rank (TP replicates the activations it is given). mlp: an
+    `nn.Sequential(nn.Linear(d, f), activation, nn.Linear(f, d))`, both layers with biases, the
+    activation elementwise (GELU in the course's DiT): the whole MLP (here every rank holds it;
+    a real TP rank would load only its slice). T divides f; rank i of `group` keeps the hidden
+    features i * f / T .. (i + 1) * f / T - 1:
+      * column-parallel first layer: its rows of mlp[0]'s weight and bias, `[..., f / T]`,
+        nothing sent;
+      * the activation mlp[1] on that slice (it is elementwise);
+      * row-parallel second layer: the same columns of mlp[2]'s weight, a partial `[..., d]`;
+      * ONE all-reduce (sum) of the partials over `group`, then mlp[2]'s bias, added once.
+    Returns `[..., d]`, the same on every rank, equal to mlp(x) up to float rounding.
+    """
+    # BEGIN SOLUTION 09.3 | notebook 09, "A column-parallel and a row-parallel layer"
+    # | hint: the hidden features of an MLP are independent until the second layer mixes them,
+    # | and that layer is a sum over them: split the sum. Each rank computes its slice of the
+    # | hidden features (a slice of the first layer's OUTPUT rows), multiplies it by the matching
+    # | slice of the second layer's INPUT columns, and one all-reduce adds the T partial sums. A
+    # | bias belongs to the sum, not to each partial.
+    # | hint2: d = 6, f = 20, T = 4: rank 2 keeps hidden features 10 .. 14: mlp[0].weight[10:15]
+    # | ([5, 6]) and mlp[0].bias[10:15] give h [..., 5]; mlp[2].weight[:, 10:15] ([6, 5]) gives
+    # | a partial [..., 6]; the all-reduce sums four such partials, then mlp[2].bias is added.
+    # | Adding it on every rank before the sum would count it 4 times.
+    # | hint3: fc1, act, fc2 = mlp[0], mlp[1], mlp[2]; i, n = dist.get_rank(group),
+    # | dist.get_world_size(group); s = slice(i * f // n, (i + 1) * f // n) with f =
+    # | fc1.out_features; h = act(F.linear(x, fc1.weight[s], fc1.bias[s])); y = F.linear(h,
+    # | fc2.weight[:, s]).contiguous(); dist.all_reduce(y, group=group); return y + fc2.bias.
+    fc1, act, fc2 = mlp[0], mlp[1], mlp[2]
+    i, n = dist.get_rank(group), dist.get_world_size(group)
+    f = fc1.out_features
+    s = slice(i * f // n, (i + 1) * f // n)
+    h = act(F.linear(x, fc1.weight[s], fc1.bias[s]))
+    y = F.linear(h, fc2.weight[:, s]).contiguous()
+    dist.all_reduce(y, group=group)
+    return y + fc2.bias
+    # END SOLUTION
