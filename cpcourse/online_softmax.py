@@ -84,7 +84,9 @@ def attention_v4_blockwise(q, k, v, block_size: int, scale=None, acc_dtype=None,
     exp(score - m) * v`. A block rescales `l` and `acc` by `exp(m_old - m_new)` and adds its own
     terms; at the end `out = acc / l` and `lse = m + log(l)`. The state is kept in `acc_dtype`
     (default float32, float64 for float64 inputs); passing bfloat16 shows why it must not be.
-    If `trace` is a list, `(m, l)` after each block is appended to it.
+    If `trace` is a list, `(m, l, correction, acc)` after each block is appended to it (copies):
+    `correction = exp(m_old - m_new)` is the factor that block applied to the old `l` and `acc`,
+    and `acc / l` is the output over the keys seen so far.
     """
     block_size = positive_int("block_size", block_size)
     require(q.dim() == k.dim() == v.dim() == 4, "q, k, v must be 4-d tensors [B, H, L, D]")
@@ -107,7 +109,7 @@ def attention_v4_blockwise(q, k, v, block_size: int, scale=None, acc_dtype=None,
         acc.mul_(correction.unsqueeze(-1)).add_(p @ vb)
         m = m_new
         if trace is not None:
-            trace.append((m.clone(), l.clone()))
+            trace.append((m.clone(), l.clone(), correction, acc.clone()))
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     if k.shape[2] == 0:
         return acc.to(q.dtype), m.to(lse_dtype)    # out = 0, lse = -inf
