@@ -51,6 +51,15 @@ def _gather_heads(t: torch.Tensor, world: int, group) -> torch.Tensor:
         t.device)
 
 
+def _ring_lens(lens: list[int], text) -> list[int]:
+    """Every ring rank's K/V length, known from the split (the pre-hook agreed on it once per
+    forward): the ring then skips its own shape agreement at every layer. The text keys (their
+    unpadded part) ride on the last ring rank's block."""
+    if text is not None:
+        lens[-1] += text[1].shape[2]
+    return lens
+
+
 def _attend(q, k, v, cp, text):
     """One batch group: video shards plus (optional) text, through cp.method."""
     n_text = 0 if text is None else text[0].shape[2]
@@ -59,7 +68,8 @@ def _attend(q, k, v, cp, text):
             owner = cp.rank == cp.world - 1  # the one rank whose ring block carries the text K/V
             q = _with_text(q, text[0], True)
             k, v = _with_text(k, text[1], owner), _with_text(v, text[2], owner)
-        out = ring_attention(q, k, v, group=cp.ring_group, mode=cp.ring_mode)
+        out = ring_attention(q, k, v, group=cp.ring_group, mode=cp.ring_mode,
+                             lens=_ring_lens(list(cp.lens), text))
         return (out, None) if text is None else (out[:, :, :-n_text], out[:, :, -n_text:])
     # ulysses / usp: a head split inside the Ulysses group, then the ring (if any) across groups
     u, u_rank = cp.ulysses, cp.u_rank
@@ -72,7 +82,9 @@ def _attend(q, k, v, cp, text):
         owner = cp.ring_rank == cp.ring - 1
         qh, kh, vh = _with_text(qh, tq, True), _with_text(kh, tk, owner), _with_text(vh, tv, owner)
     if cp.ring > 1:
-        out = ring_attention(qh, kh, vh, group=cp.ring_group, mode=cp.ring_mode)
+        blocks = [sum(cp.lens[g * u:(g + 1) * u]) for g in range(cp.ring)]
+        out = ring_attention(qh, kh, vh, group=cp.ring_group, mode=cp.ring_mode,
+                             lens=_ring_lens(blocks, text))
     else:
         out, _ = attention_with_lse(qh, kh, vh)
         out = out.to(q.dtype)
