@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.dist import (
+    agree,
     all_gather_single,
     comm_device,
     gather_uneven,
@@ -140,12 +141,17 @@ def _latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
     return f // pt, h // ph, w // pw
 
 
-def _split(cp: CPState, frames_here: int, per_frame: int, device) -> None:
+def _split(cp: CPState, frames_here: int, per_frame: int, latents: torch.Tensor) -> None:
     if cp.shard_io:  # each rank holds its own frames: learn the others' counts
         got = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
         all_gather_single(got, torch.tensor([frames_here], device=got.device), group=cp.group)
         sizes = got.tolist()
     else:
+        # Every rank must pass the same whole latents: agree on their shape once per forward,
+        # so the attention layers can skip their own agreement (the ring takes `lens`).
+        shapes = agree(cp.group, seq_dim=0, latents=latents)["latents"]
+        require(len(set(shapes)) == 1, f"every rank must pass the same whole latents under CP "
+                f"(shard_io=False): got shapes {shapes} on ranks 0..{cp.world - 1}")
         sizes = shard_sizes(frames_here, cp.world)
     if min(sizes) < 1:
         raise InputError(
@@ -176,7 +182,7 @@ def _pre_forward(cp: CPState, params: list[str]):
 
         latents = get("hidden_states")
         frames, pph, ppw = _latent_grid(model, latents)
-        _split(cp, frames, pph * ppw, latents.device)
+        _split(cp, frames, pph * ppw, latents)
         mine, total = cp.lens[cp.rank], sum(cp.lens)
         t = get("timestep")
         if isinstance(t, torch.Tensor) and t.dim() == 2:  # one timestep per token (Wan 2.2)
