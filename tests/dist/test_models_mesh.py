@@ -34,7 +34,26 @@ CASES = {4: [_case("wan", {"cfg": 2, "ring": 2}, sample_steps=2),
 def every_case(cases):
     from cpcourse.models.compare import rank_forward
 
-    return [rank_forward(spec) for spec in cases]
+    return [rank_forward(spec) for spec in cases] + [_different_latents()]
+
+
+def _different_latents():
+    """Ranks that pass different whole latents: one clear error on every rank, no hang (the
+    ring skips its own agreement, so the forward's split must catch it)."""
+    import torch
+    import torch.distributed as dist
+
+    from cpcourse.models import build, example_inputs, parallelize
+    from cpcourse.support.errors import InputError
+
+    model = parallelize(build("wan", seed=0), method="ring")
+    inputs = example_inputs("wan", 4 + dist.get_rank() % 2, 8, 8, seed=1)
+    try:
+        with torch.inference_mode():
+            model(**inputs, return_dict=False)
+    except InputError as exc:
+        return str(exc)
+    return None
 
 
 @pytest.fixture(scope="module")
@@ -51,6 +70,11 @@ def test_every_layout_equals_one_process(runs, world):
         for r in (res[i] for res in runs[world]):
             err = float((r["out"] - ref).abs().max())
             assert err <= tol, (spec["arch"], spec["layout"], err)
+
+
+def test_ranks_that_pass_different_latents_get_one_clear_error(runs):
+    for res in runs[4]:
+        assert res[-1] and "latents differs across ranks: rank 0 has [1, 4, 4, 8, 8]" in res[-1]
 
 
 @pytest.mark.parametrize("world", [4, 8])
