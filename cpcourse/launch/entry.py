@@ -119,13 +119,39 @@ def _to_cpu(obj):
     return obj
 
 
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback without this file's and runpy's frames: it starts in the learner's code."""
+def _user_traceback(exc: BaseException, skip: tuple[str, ...] = ()) -> str:
+    """The traceback without this file's, runpy's and `skip`'s frames: it starts in the
+    learner's code."""
     tb = exc.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
+    while tb is not None and (tb.tb_frame.f_code.co_filename in (__file__, *skip)
                               or "runpy" in tb.tb_frame.f_code.co_filename):
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+_UNRESOLVED = object()
+
+
+def call_target(target: str, args: tuple, kwargs: dict, fn=_UNRESOLVED):
+    """Run a launch target in this process: a function's return value, or a script's global
+    RESULT (the script sees `rank`, `world_size`, `torch` and `dist` predefined). `fn`: the
+    target as `_resolve` already found it (None for a script), to import it only once."""
+    import torch
+    import torch.distributed as dist
+
+    fn = _resolve(target) if fn is _UNRESOLVED else fn
+    if fn is not None:
+        return fn(*args, **kwargs)
+    ready = {"rank": dist.get_rank(), "world_size": dist.get_world_size()} if (
+        dist.is_initialized()) else {}
+    try:
+        scope = runpy.run_path(target, run_name="__main__",
+                               init_globals={"torch": torch, "dist": dist, **ready})
+    except SystemExit as stop:
+        if stop.code not in (None, 0):
+            raise
+        scope = {}
+    return scope.get("RESULT")
 
 
 def _current_op() -> str | None:
@@ -169,21 +195,7 @@ def _run_rank(run_dir: str) -> int:
         fn = _resolve(spec["target"])
         # From here on the launcher's `timeout` runs (start-up has a limit of its own).
         _write_atomic(os.path.join(run_dir, f"rank{rank}.started"), b"")
-        if fn is None:
-            try:
-                import torch.distributed as dist
-
-                ready = {"rank": dist.get_rank(), "world_size": dist.get_world_size()} if (
-                    dist.is_initialized()) else {}
-                scope = runpy.run_path(spec["target"], run_name="__main__",
-                                       init_globals={"torch": torch, "dist": dist, **ready})
-            except SystemExit as stop:
-                if stop.code not in (None, 0):
-                    raise
-                scope = {}
-            value = scope.get("RESULT")
-        else:
-            value = fn(*args, **kwargs)
+        value = call_target(spec["target"], args, kwargs, fn)
         try:
             data = pickle.dumps(_to_cpu(value))
         except Exception as exc:  # noqa: BLE001  (reported, not raised: the run itself worked)

@@ -168,49 +168,14 @@ def _environ(extra: dict):
                 os.environ[k] = v
 
 
-def _call(target: str, args: tuple, kwargs: dict):
-    """The target's return value (a file target: its global RESULT), as a launched rank runs it."""
-    import runpy
-
-    import torch
-    import torch.distributed as dist
-
-    from cpcourse.launch.entry import _resolve
-
-    fn = _resolve(target)
-    if fn is not None:
-        return fn(*args, **kwargs)
-    ready = {"rank": dist.get_rank(), "world_size": dist.get_world_size()} if (
-        dist.is_initialized()) else {}
-    try:
-        scope = runpy.run_path(target, run_name="__main__",
-                               init_globals={"torch": torch, "dist": dist, **ready})
-    except SystemExit as stop:
-        if stop.code not in (None, 0):
-            raise
-        scope = {}
-    return scope.get("RESULT")
-
-
-def _user_traceback(exc: BaseException) -> str:
-    """The traceback from the first frame outside this file and runpy (the target's code)."""
-    import traceback
-
-    tb = exc.__traceback__
-    while tb is not None and (tb.tb_frame.f_code.co_filename == __file__
-                              or "runpy" in tb.tb_frame.f_code.co_filename):
-        tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
-
-
 def _rank_error(exc: BaseException, rank: int, world: int, what: str | None = None):
-    from cpcourse.launch.entry import _current_op
+    from cpcourse.launch.entry import _current_op, _user_traceback
     from cpcourse.launch.errors import RankError
 
     text = str(exc).strip()
     record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
               "message": (what + ": " if what else "") + (text.splitlines()[0] if text else ""),
-              "traceback": _user_traceback(exc), "op": _current_op()}
+              "traceback": _user_traceback(exc, skip=(__file__,)), "op": _current_op()}
     error = RankError(record, [], [])
     error.args = (f"{error.args[0]}\n(rank {rank} of a torchrun world of {world}, running "
                   "in this process)",)
@@ -234,7 +199,7 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
     import torch.distributed as dist
 
     from cpcourse import dist as cpdist
-    from cpcourse.launch.entry import _to_cpu
+    from cpcourse.launch.entry import _to_cpu, call_target
 
     check_world(nproc, where)
     start = time.monotonic()
@@ -263,7 +228,7 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
                 try:
-                    value = _call(target, tuple(args), dict(kwargs or {}))
+                    value = call_target(target, tuple(args), dict(kwargs or {}))
                 finally:
                     out.close_line()
                     err.close_line()
