@@ -166,3 +166,10 @@ def generate_mesh_rank(spec: dict) -> dict:
             "bytes_total": sent.total,
             "predicted_bytes_per_step": predicted_bytes_per_step(
                 cfg, spec["shape"], layout, rank, noise.element_size())}
+
+
+def mesh_shards(results: list[dict]) -> list[dict]:
+    """Of `generate_mesh_rank`'s per-rank results, one per frame shard (the rank at cfg 0, tp 0
+    of each cp rank), in cp order: concatenated along frames, they are the whole sample."""
+    return sorted((r for r in results if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
+                  key=lambda r: r["cp_rank"])

@@ -73,6 +73,7 @@ def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor
 def run_mesh(frames: int = 8, size: int = 16, hidden: int = 64, depth: int = 2, steps: int = 4,
              repeats: int = 3, timeout: float = 300.0) -> dict:
     from cpcourse.launch import launch
+    from cpcourse.sampling import mesh_shards
 
     spec = _spec(frames, size, hidden, depth, steps)
     single_s, ref = _single(spec, repeats, threads=2)
@@ -81,9 +82,7 @@ def run_mesh(frames: int = 8, size: int = 16, hidden: int = 64, depth: int = 2, 
     rows = []
     for i, text in enumerate(LAYOUTS):
         per_rank = [r[i] for r in results]
-        shards = sorted((r for r in per_rank if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
-                        key=lambda r: r["cp_rank"])
-        latents = torch.cat([r["frames"] for r in shards], dim=2)
+        latents = torch.cat([r["frames"] for r in mesh_shards(per_rank)], dim=2)
         seconds = max(r["seconds"] for r in per_rank)
         rows.append({"layout": text, "seconds": round(seconds, 4),
                      "ratio_to_single": round(seconds / single_s, 3),

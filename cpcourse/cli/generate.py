@@ -182,8 +182,9 @@ def _layout(layout, nproc: int):
 def _mesh_report(results, layout) -> dict:
     """The frame shards (cfg 0, tp 0 of each cp rank, in order), whether the replicas on the
     other cfg and tp ranks hold the same frames, and the bytes per mesh dim per step."""
-    shards = sorted((r for r in results if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
-                    key=lambda r: r["cp_rank"])
+    from cpcourse.sampling import mesh_shards
+
+    shards = mesh_shards(results)
     same = all(torch.equal(r["frames"], shards[r["cp_rank"]]["frames"]) for r in results)
     measured = [r["bytes_per_step"] for r in results]
     predicted = [r["predicted_bytes_per_step"] for r in results]

@@ -12,7 +12,7 @@ import torch
 from cpcourse.dit import DiTConfig
 from cpcourse.launch import launch
 from cpcourse.mesh import Layout
-from cpcourse.sampling import single_process_sample
+from cpcourse.sampling import mesh_shards, single_process_sample
 
 pytestmark = pytest.mark.dist
 
@@ -106,9 +106,7 @@ def runs():
 
 def _assemble(results, key):
     per_rank = [r["runs"][key] for r in results]
-    shards = sorted((r for r in per_rank if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
-                    key=lambda r: r["cp_rank"])
-    return torch.cat([r["frames"] for r in shards], dim=2), per_rank
+    return torch.cat([r["frames"] for r in mesh_shards(per_rank)], dim=2), per_rank
 
 
 @pytest.mark.parametrize("world", [4, 8])
