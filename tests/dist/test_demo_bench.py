@@ -9,8 +9,8 @@ import pytest
 
 from cpcourse.bench import ring as bench_ring
 from cpcourse.cli import demo
-from cpcourse.support.errors import InputError
 from cpcourse.sim import bytes_sent, simulate_ring
+from cpcourse.support.errors import InputError
 
 pytestmark = pytest.mark.dist
 

@@ -9,10 +9,10 @@ import json
 import pytest
 import torch
 
-from cpcourse.dit import CPContext, DiTConfig, build_model
 from cpcourse.cli.generate import main
-from cpcourse.sampling import initial_noise, sample
+from cpcourse.dit import CPContext, DiTConfig, build_model
 from cpcourse.launch import launch
+from cpcourse.sampling import initial_noise, sample
 
 pytestmark = pytest.mark.dist
 

@@ -52,8 +52,8 @@ def cp_cases(cases):
 
     from cpcourse.attention import reference_attention
     from cpcourse.dist import shard
-    from cpcourse.support.errors import InputError
     from cpcourse.ring import ring_attention
+    from cpcourse.support.errors import InputError
     from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -231,8 +231,8 @@ def test_a_mismatched_shape_ends_the_run_with_a_clear_error():
 def test_without_a_process_group_the_error_says_how_to_start_one():
     import torch.distributed as dist
 
-    from cpcourse.support.errors import InputError
     from cpcourse.ring import ring_attention
+    from cpcourse.support.errors import InputError
     from cpcourse.ulysses import ulysses_attention
 
     assert not dist.is_initialized()

@@ -28,9 +28,9 @@ def video_cases(cases):
     import torch.distributed as dist
 
     from cpcourse import video, video_costs
+    from cpcourse.rope import rope_3d
     from cpcourse.support.bytecount import count_bytes
     from cpcourse.support.errors import InputError
-    from cpcourse.rope import rope_3d
 
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = []

@@ -10,7 +10,6 @@ blends. One launch per world size runs every case.
 from __future__ import annotations
 
 import pytest
-import torch
 
 from cpcourse.dit import DiTConfig, build_model
 from cpcourse.launch import launch
