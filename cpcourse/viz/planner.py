@@ -1,0 +1,129 @@
+"""Notebook 10's planner figures: every published run beside the planner's prediction.
+
+    python -m cpcourse.viz.planner artifacts   # planner_validation.png: one panel per table
+
+`validation_figure(validate())` draws, for each published table (`cpcourse.plan.validate`), the
+published seconds and the predicted seconds against the GPU count, and the published one-GPU
+time divided by P (perfect scaling) for scale. Every point drawn is a number of `validate()`;
+each artist carries a gid ("published:TABLE:GPUS", "predicted:TABLE:GPUS") so a test reads them
+back.
+
+`serial_seconds` and `amdahl_speedup` are Amdahl's law for a run whose time is a part that
+does not shrink with P plus a part that divides by P: what a serial term does to a speedup.
+
+`STEP_VIDEO_XDIT_H20` holds figures xDiT publishes for Step-Video-T2V 30B (quoted, so typed on
+purpose, with their source); the planner's own numbers for the same layouts come from `plan`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import LogLocator
+
+from cpcourse.hardware import get_gpu
+from cpcourse.support.errors import require
+
+# xdit-project/xDiT docs/performance/stepvideo.md, "Nvidia H20 Cluster (8xNVLink)": latency and
+# memory usage per GPU count and parallel type (SP = ulysses_degree). The page states neither
+# the resolution, the frame count nor the steps.
+STEP_VIDEO_XDIT_H20 = {
+    "source": "xdit-project/xDiT docs/performance/stepvideo.md (Step-Video-T2V 30B, H20, 8x "
+              "NVLink; SP is ulysses_degree; resolution, frames and steps not stated)",
+    "model": "step-video-t2v-30b", "gpu": "h20",
+    "runs": [
+        {"gpus": 1, "layout": "", "latency_s": 213.60, "memory_MB": 92_170},
+        {"gpus": 2, "layout": "tp=2", "latency_s": 108.97, "memory_MB": 57_458},
+        {"gpus": 2, "layout": "ulysses=2", "latency_s": 108.13, "memory_MB": 86_258},
+        {"gpus": 4, "layout": "tp=4", "latency_s": 57.61, "memory_MB": 36_566},
+        {"gpus": 4, "layout": "ulysses=4", "latency_s": 57.01, "memory_MB": 78_226},
+        {"gpus": 8, "layout": "tp=8", "latency_s": 30.40, "memory_MB": 30_028},
+        {"gpus": 8, "layout": "ulysses=8", "latency_s": 30.10, "memory_MB": 79_684},
+    ],
+}
+
+
+def serial_seconds(t1: float, tp: float, p: int) -> float:
+    """The serial part s of a run taking t1 seconds on 1 GPU and tp on p, if it is s + w / p:
+    s = (p tp - t1) / (p - 1). What a table implies, not a measurement of anything."""
+    require(p > 1, f"two GPU counts are needed to split a time in two parts, got p = {p}")
+    return (p * tp - t1) / (p - 1)
+
+
+def amdahl_speedup(t1: float, serial: float, p: float) -> float:
+    """Speedup on p GPUs of a t1-second run whose `serial` seconds do not divide:
+    t1 / (serial + (t1 - serial) / p). Its ceiling (p -> infinity) is t1 / serial."""
+    return t1 / (serial + (t1 - serial) / p)
+
+
+def tables(v: dict) -> dict[str, list[dict]]:
+    """`validate()`'s rows grouped by table, each group in GPU order."""
+    out: dict[str, list[dict]] = {}
+    for row in v["rows"]:
+        out.setdefault(row["table"], []).append(row)
+    return {k: sorted(rs, key=lambda r: r["gpus"]) for k, rs in out.items()}
+
+
+def _gpu_of(table: str) -> str:
+    return {"4090": "rtx4090"}.get(table.rsplit("-", 1)[-1], table.rsplit("-", 1)[-1])
+
+
+def validation_figure(v: dict, ncols: int = 4) -> Figure:
+    """One panel per table of `validate()`: published (black) and predicted (blue) seconds for
+    one video against the GPU count, log-log, with perfect scaling of the published one-GPU time
+    (grey) for scale, and each prediction's ratio to the published time written beside it."""
+    groups = tables(v)
+    nrows = -(-len(groups) // ncols)
+    fig = Figure(figsize=(3.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
+    axes = fig.subplots(nrows, ncols, squeeze=False).ravel()
+    for ax, (name, rows) in zip(axes, groups.items(), strict=False):
+        gpus = [r["gpus"] for r in rows]
+        pub = [r["published_s"] for r in rows]
+        pred = [r["predicted_s"] for r in rows]
+        ax.plot(gpus, [pub[0] * gpus[0] / g for g in gpus], ":", color="0.6", lw=1,
+                gid=f"ideal:{name}", label="published 1st point / P")
+        ax.plot(gpus, pub, "-", color="k", lw=1.2)
+        ax.plot(gpus, pred, "--", color="C0", lw=1.2)
+        for g, p_s, q_s in zip(gpus, pub, pred, strict=True):
+            ax.plot([g], [p_s], "o", color="k", ms=5, gid=f"published:{name}:{g}")
+            ax.plot([g], [q_s], "s", color="C0", ms=5, mfc="white",
+                    gid=f"predicted:{name}:{g}")
+            ax.annotate(f"{q_s / p_s:.2f}", (g, q_s), textcoords="offset points",
+                        xytext=(4, -10), fontsize=7, color="C0")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xticks(gpus, [str(g) for g in gpus])
+        ax.minorticks_off()
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(lambda y, _: f"{y:,.0f} s")
+        ax.set_xlim(gpus[0] / 1.3, gpus[-1] * 1.6)
+        ax.grid(True, alpha=0.3)
+        model = name.split("-720p")[0].split("-480p")[0]
+        gpu_name = get_gpu(_gpu_of(name)).name.removeprefix("NVIDIA ")
+        ax.set_title(f"{model}, {name.rsplit('-', 2)[-2]}\n{gpu_name}", fontsize=8)
+        ax.set_xlabel("GPUs", fontsize=8)
+        ax.tick_params(labelsize=7)
+    for ax in axes[len(groups):]:
+        ax.axis("off")
+    axes[0].set_ylabel("seconds for one video", fontsize=8)
+    handles = [axes[0].plot([], [], "o-", color="k", ms=5)[0],
+               axes[0].plot([], [], "s--", color="C0", ms=5, mfc="white")[0],
+               axes[0].plot([], [], ":", color="0.6")[0]]
+    fig.legend(handles, ["published", "predicted (ratio to published beside it)",
+                         "published fewest-GPU time / P: perfect scaling"],
+               loc="outside lower center", ncols=3, fontsize=8)
+    fig.suptitle(f"Every published run beside cpcourse plan's prediction: median |predicted / "
+                 f"published - 1| = {v['median_abs_rel_error']:.1%}, worst "
+                 f"{v['worst_abs_rel_error']:.1%}", fontsize=10)
+    return fig
+
+
+if __name__ == "__main__":
+    from cpcourse.plan import validate
+
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
+    out.mkdir(parents=True, exist_ok=True)
+    validation_figure(validate()).savefig(out / "planner_validation.png", dpi=100)
+    print(f"wrote {out / 'planner_validation.png'}")

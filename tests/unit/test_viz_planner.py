@@ -1,0 +1,84 @@
+"""Notebook 10's validation figure draws `validate()`'s numbers: one panel per published table,
+every published and predicted point where validate() puts it; and Amdahl's helpers.
+
+    python -m pytest tests/unit/test_viz_planner.py -q
+"""
+
+from __future__ import annotations
+
+import math
+
+import matplotlib
+import pytest
+
+matplotlib.use("Agg")
+
+from cpcourse.mesh import Layout  # noqa: E402
+from cpcourse.plan import validate  # noqa: E402
+from cpcourse.support.errors import InputError  # noqa: E402
+from cpcourse.viz import planner as vp  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def v():
+    return validate()
+
+
+def _points(fig) -> dict[tuple[str, str, int], tuple[float, float]]:
+    out = {}
+    for ax in fig.axes:
+        for line in ax.get_lines():
+            gid = line.get_gid() or ""
+            kind, _, rest = gid.partition(":")
+            if kind in ("published", "predicted"):
+                table, gpus = rest.rsplit(":", 1)
+                (x,), (y,) = line.get_xdata(), line.get_ydata()
+                out[kind, table, int(gpus)] = (float(x), float(y))
+    return out
+
+
+def test_every_point_is_a_number_of_validate(v):
+    fig = vp.validation_figure(v)
+    drawn = _points(fig)
+    assert len(drawn) == 2 * len(v["rows"])
+    for row in v["rows"]:
+        for kind in ("published", "predicted"):
+            x, y = drawn[kind, row["table"], row["gpus"]]
+            assert x == row["gpus"] and y == row[f"{kind}_s"], (kind, row["table"], row["gpus"])
+
+
+def test_one_panel_per_table_and_the_errors_in_the_title(v):
+    fig = vp.validation_figure(v)
+    names = {r["table"] for r in v["rows"]}
+    used = [ax for ax in fig.axes if ax.get_lines() and ax.axison]
+    assert len(used) == len(names) == len(vp.tables(v))
+    for ax, name in zip(used, vp.tables(v), strict=True):
+        tables_here = {(ln.get_gid() or "").split(":")[1] for ln in ax.get_lines()
+                       if (ln.get_gid() or "").startswith("published:")}
+        assert tables_here == {name}
+    assert f"{v['median_abs_rel_error']:.1%}" in fig._suptitle.get_text()
+    # the perfect-scaling line starts at the published fewest-GPU time
+    for ax, (name, rows) in zip(used, vp.tables(v).items(), strict=True):
+        ideal = next(ln for ln in ax.get_lines() if ln.get_gid() == f"ideal:{name}")
+        assert list(ideal.get_ydata()) == pytest.approx(
+            [rows[0]["published_s"] * rows[0]["gpus"] / r["gpus"] for r in rows])
+
+
+def test_amdahl_and_the_serial_part():
+    t1, serial = 1000.0, 40.0
+    for p in (2, 4, 8, 64):
+        tp = serial + (t1 - serial) / p
+        assert vp.serial_seconds(t1, tp, p) == pytest.approx(serial)
+        assert vp.amdahl_speedup(t1, serial, p) == pytest.approx(t1 / tp)
+    assert vp.amdahl_speedup(t1, serial, math.inf) == pytest.approx(t1 / serial)
+    assert vp.amdahl_speedup(t1, 0.0, 8) == pytest.approx(8)
+    with pytest.raises(InputError):
+        vp.serial_seconds(t1, t1, 1)
+
+
+def test_step_video_quote_is_sourced_and_parses():
+    q = vp.STEP_VIDEO_XDIT_H20
+    assert "xDiT" in q["source"] and q["gpu"] == "h20"
+    for run in q["runs"]:
+        lay = Layout.parse(run["layout"]) if run["layout"] else Layout()
+        assert lay.world == run["gpus"] and run["latency_s"] > 0 and run["memory_MB"] > 0
