@@ -154,6 +154,8 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
     acts = n * (3 * h + (3 * h + m.ffn) / t) * BYTES
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
+    # the transformer's own memory: text encoder, VAE, allocator slack and the CUDA context are
+    # not counted, so `fits` says the denoising loop fits, not the whole pipeline
     memory = {"weights": int(weights_gpu), "activations": int(acts), "ring_buffers": int(ring_buf),
               "all_to_all_buffers": int(a2a_buf)}
     per_gpu = sum(memory.values())
@@ -161,7 +163,9 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
         "layout": layout.as_dict(), "tokens_per_rank": n, "kernel": kernel,
         "kernel_efficiency": eff, "kernel_source": eff_source,
         "links": {"ulysses": uly_link.id if u > 1 else None,
-                  "ring": ring_link.id if r > 1 else None, "tp": tp_link.id if t > 1 else None},
+                  "ring": ring_link.id if r > 1 else None, "tp": tp_link.id if t > 1 else None,
+                  "cfg": _link_for(world, gpus_per_node, g).id if c == 2 else None,
+                  "fsdp": _link_for(world, gpus_per_node, g).id if fsdp and world > 1 else None},
         "forwards_per_step": forwards, "seconds_per_step": step_s,
         "seconds_fixed": sum(fixed.values()), "seconds_total": steps * step_s + sum(fixed.values()),
         "per_gpu_bytes": int(per_gpu), "fits": per_gpu <= g.hbm_bytes,

@@ -59,7 +59,9 @@ def test_communication_terms_by_hand():
 def test_ring_crosses_infiniband_only_when_wider_than_a_node():
     assert _c(HY, "ring=2,ulysses=4", per_node=8)["links"]["ring"] == "nvlink4"
     two_nodes = _c(HY, "ring=2,ulysses=4", per_node=4)
-    assert two_nodes["links"] == {"ulysses": "nvlink4", "ring": "ib-ndr", "tp": None}
+    assert two_nodes["links"] == {"ulysses": "nvlink4", "ring": "ib-ndr", "tp": None, "cfg": None,
+                                  "fsdp": None}
+    assert _c(WAN, "cfg=2,ulysses=4", per_node=4)["links"]["cfg"] == "ib-ndr"
     assert _c(WAN, "ring=8", gpu="rtx4090")["links"]["ring"] == "pcie4"  # no NVLink there
 
 
