@@ -13,7 +13,7 @@ the N tokens, the model's `hidden` split over T tp ranks:
     attention  4 n N hidden / T per layer (+ 4 n N_text hidden / T for cross-attention) at
                peak x the kernel's efficiency (FA2, FA3, SDPA by architecture)
     merge      the ring folds R - 1 blocks into its running output: 26 bytes moved per element
-               of n x hidden / T per fold (counted from `cpcourse.ring._fold`), at memory
+               of n x hidden / T per fold (an in-place merge, counted below), at memory
                bandwidth
     ulysses    4 all-to-alls per layer (q, k, v, out) of (U - 1) / U x n hidden / T x 2 bytes,
                exposed (xDiT and yunchang wait on them)
@@ -46,9 +46,10 @@ from cpcourse.mesh import Layout
 from cpcourse.tokens import facts, get_model
 
 BYTES = 2  # bf16 weights and activations
-# One fold of a ring block into the running fp32 output, as cpcourse.ring._fold does it: the
-# block's bf16 out cast up (read 2, write 4), out scaled in place (read 4, write 4), the block
-# added in (read 4 + 4, write 4); the lse rows are 1/D of that.
+# One fold of a ring block into the running fp32 output, as an in-place merge does it (e.g.
+# ring-flash-attn's out -= sigmoid(block_lse - lse) * (out - block_out)): the block's bf16 out
+# cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
+# 4 + 4, write 4); the lse rows are 1/D of that.
 MERGE_BYTES_PER_ELEMENT = 26
 # Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
 TEXT_ENCODERS = {

@@ -26,7 +26,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpcourse.attention import accumulator_dtype, attention_with_lse
+from cpcourse.attention import attention_with_lse, merge_attention
 from cpcourse.dist import (
     agree,
     all_gather_single,
@@ -71,17 +71,6 @@ def _check_known(q, k, v, lens, rank: int, world: int, mode: str) -> list[int]:
 def _sync(t: torch.Tensor) -> None:
     if t.is_cuda:  # timings must include the queued kernels
         torch.cuda.synchronize(t.device)
-
-
-def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
-    """`merge_attention` done in place on the running (out, lse): the ring merges once per step
-    and per layer, so its temporaries are paid thousands of times. Blocks come from
-    `attention_with_lse`, whose empty blocks are out = 0, lse = -inf: no NaN to mask."""
-    new = torch.logaddexp(lse, l_)
-    base = new.masked_fill(torch.isneginf(new), 0.0)  # both empty: exp(-inf - 0) = 0, not NaN
-    out.mul_(torch.exp(lse - base).unsqueeze_(-1))
-    out.addcmul_(o.to(out.dtype), torch.exp(l_ - base).unsqueeze_(-1))
-    lse.copy_(new)
 
 
 def _exchange(send, recv, dst: int, src: int, group, step: int) -> list:
@@ -132,10 +121,7 @@ def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
                 reqs = _exchange(cur, nxt, dst, src, group, step)
         t1 = time.perf_counter()
         o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
-        if out is None:
-            out, lse = o.to(accumulator_dtype(o.dtype)), l_
-        else:
-            _fold(out, lse, o, l_)
+        out, lse = (o, l_) if out is None else merge_attention(out, lse, o, l_)
         if stats is not None:
             _sync(q)
         t2 = time.perf_counter()
