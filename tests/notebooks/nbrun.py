@@ -73,17 +73,25 @@ class PollingClient(NotebookClient):
 
 
 def main(src: str, dest: str, cell_timeout: float = 120.0) -> dict:
-    nb = nbformat.read(src, as_version=4)
-    client = PollingClient(nb, timeout=cell_timeout, kernel_name="python3",
-                            resources={"metadata": {"path": str(Path(src).parent)}})
     start, error = time.monotonic(), None
-    try:
-        client.execute()
-    except CellExecutionError:
-        pass
-    except Exception as exc:  # a kernel that died or timed out: report, do not hide
-        error = {"cell": None, "ename": type(exc).__name__, "evalue": str(exc)[:2000],
-                 "source": "", "traceback": ""}
+    for attempt in (1, 2):
+        nb = nbformat.read(src, as_version=4)
+        client = PollingClient(nb, timeout=cell_timeout, kernel_name="python3",
+                               startup_timeout=180,
+                               resources={"metadata": {"path": str(Path(src).parent)}})
+        try:
+            client.execute()
+        except CellExecutionError:
+            pass
+        except Exception as exc:  # a kernel that died or timed out: report, do not hide
+            # A kernel that dies before its first reply ran no cell: two kernels started at
+            # the same moment (both modes run in parallel) can race for the same ports. One
+            # fresh start; a kernel that cannot start twice is reported.
+            if attempt == 1 and "before replying to kernel_info" in str(exc):
+                continue
+            error = {"cell": None, "ename": type(exc).__name__, "evalue": str(exc)[:2000],
+                     "source": "", "traceback": ""}
+        break
     for i, cell in enumerate(nb.cells):
         for o in cell.get("outputs", []):
             if o.get("output_type") == "error" and error is None:
