@@ -48,6 +48,12 @@ def default_backend() -> str:
     return "gloo"
 
 
+def pg_timeout_s() -> float:
+    """Seconds every process group waits in a collective: CPCOURSE_PG_TIMEOUT (set by
+    cpcourse.launch), else 30 s, not c10d's 30 minutes."""
+    return float(os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S)
+
+
 def init(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
     """Initialise the default process group from torchrun's env vars; returns (rank, world).
 
@@ -59,7 +65,7 @@ def init(backend: str | None = None, timeout_s: float | None = None) -> tuple[in
             "no torchrun environment (RANK, WORLD_SIZE): start this code with "
             "cpcourse.launch(...) or a %%torchrun cell")
     backend = backend or default_backend()
-    timeout_s = float(timeout_s or os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S)
+    timeout_s = float(timeout_s or pg_timeout_s())
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
     dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))

@@ -24,7 +24,6 @@ anything else with the layouts that would work.
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import asdict, dataclass
 from datetime import timedelta
@@ -34,11 +33,10 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
 from cpcourse.dist import (
-    DEFAULT_TIMEOUT_S,
-    ENV_TIMEOUT,
     agree,
     all_gather_single,
     forward_only,
+    pg_timeout_s,
     require_group,
 )
 from cpcourse.ring import ring_attention
@@ -151,7 +149,7 @@ def check_layout(layout: Layout, world: int | None = None, heads: int | None = N
 def _short_timeout(backend: str):
     """Options that give a mesh dim's groups the default group's short timeout: DeviceMesh's
     subgroups otherwise get c10d's default of 30 minutes, and a mismatch would hang that long."""
-    seconds = float(os.environ.get(ENV_TIMEOUT) or DEFAULT_TIMEOUT_S)
+    seconds = pg_timeout_s()
     opts = (dist.ProcessGroupNCCL.Options() if backend == "nccl"
             else dist.ProcessGroupGloo._Options())
     opts._timeout = timedelta(seconds=seconds)

@@ -155,10 +155,10 @@ def generate_mesh_rank(spec: dict) -> dict:
     ctx = CPContext(mesh=mesh, frame_offset=frame_offset(t, cp_rank, cp_world),
                     grid=(hl // cfg.patch, wl // cfg.patch))
     times: list[float] = []
-    run = (sample, model, noise, spec["label"], spec["steps"], spec["cfg_scale"], ctx, times)
+    args = (model, noise, spec["label"], spec["steps"], spec["cfg_scale"], ctx, times)
     with count_bytes() as sent:  # memory tracking costs time: a benchmark turns it off
-        out, peak = peak_memory(*run) if spec.get("measure_memory", True) else (run[0](*run[1:]),
-                                                                                None)
+        out, peak = (peak_memory(sample, *args) if spec.get("measure_memory", True)
+                     else (sample(*args), None))
     steps = spec["steps"]
     measured = {k: v // steps for k, v in bytes_by_dim(sent, mesh).items()}
     return {"rank": rank, "coords": layout.coords(rank), "cp_rank": cp_rank, "frames": out,
@@ -173,3 +173,15 @@ def mesh_shards(results: list[dict]) -> list[dict]:
     of each cp rank), in cp order: concatenated along frames, they are the whole sample."""
     return sorted((r for r in results if r["coords"]["cfg"] == 0 and r["coords"]["tp"] == 0),
                   key=lambda r: r["cp_rank"])
+
+
+def mesh_report(results: list[dict], layout) -> dict:
+    """The frame shards (`mesh_shards`), whether the replicas on the other cfg and tp ranks hold
+    the same frames, and the bytes per mesh dim per step, measured and predicted, per rank."""
+    shards = mesh_shards(results)
+    same = all(torch.equal(r["frames"], shards[r["cp_rank"]]["frames"]) for r in results)
+    measured = [r["bytes_per_step"] for r in results]
+    predicted = [r["predicted_bytes_per_step"] for r in results]
+    return {"shards": shards, "layout": layout.as_dict(), "replicas_identical": bool(same),
+            "bytes_per_step_by_dim": measured, "predicted_bytes_per_step_by_dim": predicted,
+            "bytes_match_prediction": measured == predicted}

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 
 import torch
 
@@ -130,8 +129,10 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     target = "generate_rank" if layout is None else "generate_mesh_rank"
     results = launch(f"cpcourse.sampling:{target}", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
-    mesh_report = {} if layout is None else _mesh_report(results, layout)
-    shards = results if layout is None else mesh_report.pop("shards")
+    from cpcourse.sampling import mesh_report
+
+    by_mesh = {} if layout is None else mesh_report(results, layout)
+    shards = results if layout is None else by_mesh.pop("shards")
     latents = torch.cat([r["frames"] for r in shards], dim=2)
     steps_s = [max(r["step_seconds"][i] for r in results) for i in range(steps)]
     report = {"nproc": nproc, "seed": seed, "weights": weights if not trained else path,
@@ -150,7 +151,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
         report["peak_vs_predicted_worst_rel_err"] = max(
             abs(m / p - 1) for m, p in zip(report["peak_bytes_per_rank"],
                                            report["predicted_peak_bytes_per_rank"], strict=True))
-    report.update(mesh_report)
+    report.update(by_mesh)
     clip = to_clip(latents) if trained else None
     if trained:
         seen = track(clip)
@@ -177,20 +178,6 @@ def _layout(layout, nproc: int):
     require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
             f"{layout.world} (or leave --nproc out)")
     return layout
-
-
-def _mesh_report(results, layout) -> dict:
-    """The frame shards (cfg 0, tp 0 of each cp rank, in order), whether the replicas on the
-    other cfg and tp ranks hold the same frames, and the bytes per mesh dim per step."""
-    from cpcourse.sampling import mesh_shards
-
-    shards = mesh_shards(results)
-    same = all(torch.equal(r["frames"], shards[r["cp_rank"]]["frames"]) for r in results)
-    measured = [r["bytes_per_step"] for r in results]
-    predicted = [r["predicted_bytes_per_step"] for r in results]
-    return {"shards": shards, "layout": layout.as_dict(), "replicas_identical": bool(same),
-            "bytes_per_step_by_dim": measured, "predicted_bytes_per_step_by_dim": predicted,
-            "bytes_match_prediction": measured == predicted}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -243,87 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _load_compare(path: str) -> torch.Tensor:
-    """The tensor saved by an earlier `generate --save`, read before any process starts."""
-    try:
-        other = torch.load(path, weights_only=True)
-    except Exception as exc:  # a text, empty, JSON or foreign pickle file: all say the same
-        raise InputError(f"--compare-to {path}: not a file saved by `cpcourse generate --save` "
-                         f"({type(exc).__name__})") from None
-    require(isinstance(other, torch.Tensor), f"--compare-to {path} holds no tensor")
-    return other
-
-
-def _check_out(flag: str, path: str) -> None:
-    target = os.path.abspath(path)
-    folder = os.path.dirname(target)
-    require(not os.path.isdir(target), f"{flag} {path} is a directory: give a file name in it")
-    require(os.path.isdir(folder), f"{flag} {path}: the folder {folder} does not exist")
-    require(os.access(folder, os.W_OK), f"{flag} {path}: the folder {folder} is not writable")
-
-
-def _save(tensor: torch.Tensor, report: dict, path: str) -> None:
-    """Write the tensor and its .json report, each to a temporary file renamed into place, so
-    a failure leaves neither a half-written file nor a .pt without its report."""
-    tmp_pt, tmp_json = f"{path}.tmp-{os.getpid()}", f"{path}.json.tmp-{os.getpid()}"
-    try:
-        torch.save(tensor, tmp_pt)
-        with open(tmp_json, "w") as fh:
-            json.dump(report, fh, indent=1, allow_nan=False)
-        os.replace(tmp_json, path + ".json")
-        os.replace(tmp_pt, path)
-    except OSError as exc:
-        raise InputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
-    finally:
-        for tmp in (tmp_pt, tmp_json):
-            if os.path.exists(tmp):
-                os.remove(tmp)
-
-
-def _write_outputs(args, res: dict, out: torch.Tensor) -> None:
-    """--gif and --save, after a run; both were checked writable before it started."""
-    if args.gif:
-        from cpcourse.viz.clips import save_gif
-
-        save_gif(res["clip"], args.gif)
-        res["report"]["gif"] = args.gif
-    if args.save:
-        _save(out, res["report"], args.save)
-        res["report"]["saved"] = args.save
-
-
-def _main_long(args) -> int:
-    from cpcourse.bench.windows import print_report, run_long
-
-    require(args.window is not None, "--stride needs --window (the window length in frames)")
-    for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),
-                      ("--full", args.full), ("--compare-to", args.compare_to)):
-        require(val is None, f"{flag} is not available with --window")
-    if args.gif:
-        require(args.weights != "random", "--gif draws a clip of the trained model")
-        _check_out("--gif", args.gif)
-    if args.save:
-        _check_out("--save", args.save)
-    frames = 4 * args.window if args.frames is None else args.frames
-    stride = max(1, args.window // 2) if args.stride is None else args.stride
-    res = run_long(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
-                   frames=frames, window=args.window, stride=stride, blend=args.blend,
-                   noise=args.noise, parallel=args.parallel, steps=args.steps,
-                   cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
-                   dtype=args.dtype, compare=args.compare,
-                   timeout=positive_float("--timeout", args.timeout or 300.0, high=3600),
-                   stream=False if args.json else True)
-    report = res["report"]
-    out = res["clip"] if res["clip"] is not None else res["latents"]
-    _write_outputs(args, res, out)
-    if args.json:
-        print(json.dumps(report, allow_nan=False))
-    else:
-        print_report(report)
-    return 0
-
-
 def main(argv: list[str]) -> int:
+    from cpcourse.cli.clip_files import check_out, load_compare, write_outputs
+    from cpcourse.cli.generate_long import main_long
     from cpcourse.shapes import PROMPTS
 
     args = build_parser().parse_args(argv)
@@ -334,7 +243,7 @@ def main(argv: list[str]) -> int:
         require(args.layout is None, "--layout is for one clip: windows take --parallel "
                 "windows|cp over --nproc ranks")
         args.nproc = 2 if args.nproc is None else args.nproc
-        return _main_long(args)
+        return main_long(args)
     for flag, val, default in (("--blend", args.blend, "pyramid"),
                                ("--noise", args.noise, "independent"),
                                ("--parallel", args.parallel, "windows")):
@@ -349,10 +258,10 @@ def main(argv: list[str]) -> int:
     if args.gif:
         require(args.weights != "random", "--gif draws a clip of the trained model: the random "
                 "model's latents are not pixels (drop --weights random)")
-        _check_out("--gif", args.gif)
-    other = _load_compare(args.compare_to) if args.compare_to else None
+        check_out("--gif", args.gif)
+    other = load_compare(args.compare_to) if args.compare_to else None
     if args.save:
-        _check_out("--save", args.save)
+        check_out("--save", args.save)
     layout = None
     if args.layout is not None:
         from cpcourse.mesh import Layout
@@ -376,7 +285,7 @@ def main(argv: list[str]) -> int:
         require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
                 f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
         report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
-    _write_outputs(args, res, out)
+    write_outputs(args, res, out)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

@@ -12,9 +12,6 @@ draws the state after `block`; a notebook's slider calls it.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
 from matplotlib.figure import Figure
 
@@ -122,11 +119,11 @@ def _demo() -> dict:
 
 
 if __name__ == "__main__":
-    out_dir = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    from cpcourse.viz import write_figures
+
     demo = _demo()
-    for b in range(len(demo["steps"])):
-        accumulator_figure(demo, b).savefig(out_dir / f"accumulator_{b}.png", dpi=80)
-    print(f"wrote {len(demo['steps'])} figures to {out_dir}; final error "
+    write_figures({f"accumulator_{b}": accumulator_figure(demo, b)
+                   for b in range(len(demo["steps"]))}, dpi=80)
+    print(f"final error "
           f"{demo['steps'][-1]['error']:.2g}, max grew at blocks "
           f"{[s['block'] for s in demo['steps'] if 0 < s['correction'] < 1]}")

@@ -12,9 +12,6 @@ Everything grey stays in HBM. Right: the bytes of every tensor and tile, from
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
@@ -119,8 +116,7 @@ def tiling_figure(ws: dict, query_block: int = 1, key_block: int = 2,
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
-    out.mkdir(parents=True, exist_ok=True)
+    from cpcourse.viz import write_figures
+
     _, br, bc = fa2_tiles(128)
-    tiling_figure(working_set(119_056, 128, br, bc)).savefig(out / "flash_tiling.png", dpi=100)
-    print(f"wrote {out / 'flash_tiling.png'}")
+    write_figures({"flash_tiling": tiling_figure(working_set(119_056, 128, br, bc))})

@@ -13,9 +13,6 @@ its own links from `cpcourse.hardware`.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
@@ -126,7 +123,6 @@ def roofline_figure(rows: list[dict], points: list[dict], dtype: str = "bf16") -
 
 
 if __name__ == "__main__":
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
-    out.mkdir(parents=True, exist_ok=True)
-    roofline_figure(thresholds(), model_points()).savefig(out / "hiding_roofline.png", dpi=100)
-    print(f"wrote {out / 'hiding_roofline.png'}")
+    from cpcourse.viz import write_figures
+
+    write_figures({"hiding_roofline": roofline_figure(thresholds(), model_points())})

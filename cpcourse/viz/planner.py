@@ -17,9 +17,6 @@ purpose, with their source); the planner's own numbers for the same layouts come
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator
 
@@ -122,8 +119,6 @@ def validation_figure(v: dict, ncols: int = 4) -> Figure:
 
 if __name__ == "__main__":
     from cpcourse.plan import validate
+    from cpcourse.viz import write_figures
 
-    out = Path(sys.argv[1] if len(sys.argv) > 1 else "artifacts")
-    out.mkdir(parents=True, exist_ok=True)
-    validation_figure(validate()).savefig(out / "planner_validation.png", dpi=100)
-    print(f"wrote {out / 'planner_validation.png'}")
+    write_figures({"planner_validation": validation_figure(validate())})

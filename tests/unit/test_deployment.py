@@ -1,7 +1,6 @@
 """The deployment cost model term by term against hand calculations, the planner's validity
 rules, ties, bad input, and its validation against the published runs."""
 
-import json
 import math
 import statistics
 import sys
@@ -165,4 +164,3 @@ def test_vae_flops_file_is_what_diffusers_counts():
     total = vae_decode_flops(WAN, tok.latent_frames, tok.latent_height * tok.latent_width)
     assert 4e14 < total < 9e14
     assert vae_decode_flops("step-video-t2v-30b", 21, 100) is None
-    json.dumps(vae_flops_table())

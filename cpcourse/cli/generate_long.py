@@ -1,0 +1,43 @@
+"""`cpcourse generate --window W`: a video longer than the model's window, from overlapping
+windows blended (`cpcourse.windows`, run by `cpcourse.bench.windows.run_long`).
+
+    cpcourse generate --frames 32 --window 8 --stride 4 --nproc 2 --gif long.gif
+"""
+
+from __future__ import annotations
+
+import json
+
+from cpcourse.cli.clip_files import check_out, write_outputs
+from cpcourse.support.errors import positive_float, require
+
+
+def main_long(args) -> int:
+    from cpcourse.bench.windows import print_report, run_long
+
+    require(args.window is not None, "--stride needs --window (the window length in frames)")
+    for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),
+                      ("--full", args.full), ("--compare-to", args.compare_to)):
+        require(val is None, f"{flag} is not available with --window")
+    if args.gif:
+        require(args.weights != "random", "--gif draws a clip of the trained model")
+        check_out("--gif", args.gif)
+    if args.save:
+        check_out("--save", args.save)
+    frames = 4 * args.window if args.frames is None else args.frames
+    stride = max(1, args.window // 2) if args.stride is None else args.stride
+    res = run_long(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
+                   frames=frames, window=args.window, stride=stride, blend=args.blend,
+                   noise=args.noise, parallel=args.parallel, steps=args.steps,
+                   cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
+                   dtype=args.dtype, compare=args.compare,
+                   timeout=positive_float("--timeout", args.timeout or 300.0, high=3600),
+                   stream=False if args.json else True)
+    report = res["report"]
+    out = res["clip"] if res["clip"] is not None else res["latents"]
+    write_outputs(args, res, out)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+    else:
+        print_report(report)
+    return 0
