@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex07_dit_cp.py by tools/make_exercises.py
-# stub-sha256: 412081d1c00136aa (how the generator tells your edits from its output)
+# stub-sha256: a24b77ac52203913 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 07, a tiny video DiT under CP: what must not depend on P.
 
@@ -7,13 +7,15 @@
 
 A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
 positions computed from local frame numbers, and noise drawn per rank. The library's versions
-are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.sampling.initial_noise`.
+are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.sampling.initial_noise`. Exercise
+07.3 is a bug hunt: a rank's set-up that passes every test at 8 frames and is wrong at 5.
 """
 
 from __future__ import annotations
 
 import torch
 
+from cpcourse.dit import CPContext, frame_embedding, patchify
 from cpcourse.rope import apply_rope, rope_angles
 
 
@@ -50,4 +52,42 @@ def local_noise(shape: tuple, seed: int, rank: int, world: int) -> torch.Tensor:
         "process draws (the whole shape, one generator seeded with `seed`, float64 "
         "samples cast to float32, as the docstring says) and keeps only its own "
         "frames along time, split by the usual rule. (2 more: cpcourse.hint(\"07.2\"))"
+    )
+
+
+def shard_embed_buggy(model, latents: torch.Tensor, rank: int, world: int):
+    """A rank's set-up of the tiny DiT's forward that looks right and is not (do not copy it).
+
+    Its author checked it on the notebook's 8-frame clips at P = 2 and 4: the same tokens as
+    one process, to the bit. Run it on 5 frames over 2 ranks and compare.
+    """
+    p = model.cfg.patch
+    tokens = patchify(torch.tensor_split(latents, world, dim=2)[rank], p)  # [B, T_r, S, C p p]
+    t_r = tokens.shape[1]
+    ctx = CPContext(frame_offset=rank * t_r, grid=(latents.shape[3] // p, latents.shape[4] // p))
+    x = model.embed(tokens)
+    idx = torch.arange(ctx.frame_offset, ctx.frame_offset + t_r)
+    fe = model.frame_proj(frame_embedding(idx, model.cfg.hidden).to(x.dtype))
+    return x + fe[None, :, None], ctx
+
+
+def shard_embed(model, latents: torch.Tensor, rank: int, world: int):
+    """`shard_embed_buggy`, fixed: what rank `rank` of `world` feeds the first block.
+
+    model: a `cpcourse.dit.TinyVideoDiT` with `cfg.frame_embed` (the shapes model's design);
+    latents `[B, C, T, Hl, Wl]`: the whole video (every rank holds it: exercise 07.2). Returns
+    (x `[B, T_r, S, hidden]`: this rank's frames, patch-embedded, plus the frame embedding;
+    ctx: the `cpcourse.dit.CPContext` its blocks rotate q and k with). Joined over the ranks,
+    x must equal what one process computes for the whole video, and rotating by ctx must give
+    one process's rotary rows, for ANY number of frames and ranks. Keep the buggy version's
+    steps and find what makes it wrong.
+    """
+    # Exercise 07.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 07.3 shard_embed: read notebook 07, \"Bug hunt: right at 8 frames, "
+        "wrong at 5\". Hint: the buggy version uses one number for both positions "
+        "(rotary and frame embedding), so it is consistent, and every clip of this "
+        "notebook has 8 frames on 1, 2 or 4 ranks. Ask which quantity in its offset "
+        "is this rank's own, and whether the ranks before it hold as many frames as "
+        "this one does when P does not divide T. (2 more: cpcourse.hint(\"07.3\"))"
     )
