@@ -26,21 +26,24 @@ the N tokens, the model's `hidden` split over T tp ranks:
     cfg        one all-gather of the predicted latents per step (CFG-parallel)
 Each group uses the link it crosses: consecutive ranks inside a node talk over the GPU's own
 intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node over InfiniBand.
-Fixed costs, once per video: the VAE decode (FLOPs counted from diffusers' own VAE class,
-tools/derive_vae_flops.py) on one GPU at the matmul rate, a lower bound (convolutions rarely run
-as fast as matmuls); the text encoder's 2 P_text tokens FLOPs per prompt. Memory per GPU:
-weights (all experts of an MoE resident) / T, or / W plus one gathered layer under FSDP; the
-residual stream n x hidden (TP does not divide it), the per-head tensors n x (3 hidden + ffn) / T,
-the ring's two K/V buffers, the all-to-all's buffers.
+Fixed costs, once per video and on one GPU (`cpcourse.fixed_costs`): the VAE decode, FLOPs
+counted from diffusers' own VAE class (tools/derive_vae_flops.py) at the share of peak that
+published decode times show (10-16%, not the matmul rate); the text encoder's 2 P_text tokens
+FLOPs per prompt. They are serial: no published run's code divides them over its GPUs.
+Memory per GPU: weights (all experts of an MoE resident) / T, or / W plus one gathered layer
+under FSDP; the residual stream n x hidden (TP does not divide it), the per-head tensors
+n x (3 hidden + ffn) / T, the ring's two K/V buffers, the all-to-all's buffers.
 """
 
 from __future__ import annotations
 
-import json
 import math
-from functools import lru_cache
-from importlib import resources
 
+from cpcourse.fixed_costs import (  # noqa: F401  (vae_* re-exported for callers)
+    fixed_seconds,
+    vae_decode_flops,
+    vae_flops_table,
+)
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
 from cpcourse.tokens import facts, get_model
@@ -51,38 +54,8 @@ BYTES = 2  # bf16 weights and activations
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
 # 4 + 4, write 4); the lse rows are 1/D of that.
 MERGE_BYTES_PER_ELEMENT = 26
-# Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
-TEXT_ENCODERS = {
-    "wan": (5.7e9, "umT5-XXL encoder: Wan2.1 wan/modules/t5.py umt5_xxl (dim 4096, ffn 10240, 24 "
-                   "layers, vocab 256,384)"),
-    "hunyuanvideo": (8.15e9, "llava-llama-3-8B (8.03B) + CLIP-L text (0.12B): HunyuanVideo "
-                             "README, ckpts/"),
-    "cogvideox": (4.76e9, "T5-XXL encoder (google/t5-v1_1-xxl encoder): CogVideoX pipeline"),
-}
-VAE_FAMILY = {"wan2.1": "wan2.1", "wan2.2-t2v": "wan2.1", "hunyuanvideo": "hunyuanvideo",
-              "cogvideox": "cogvideox", "mochi": "mochi", "ltx-video": "ltx-video"}
-
-
-@lru_cache(maxsize=1)
-def vae_flops_table() -> dict:
-    text = resources.files("cpcourse").joinpath("data/vae_decode_flops.json").read_text()
-    return json.loads(text)["families"]
-
-
 def _facts_entry(model_id: str) -> dict:
     return next(m for m in facts()["models"] if m["id"] == model_id)
-
-
-def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> float | None:
-    """FLOPs of decoding the whole latent video, None when the model's VAE is not counted."""
-    family = next((f for prefix, f in VAE_FAMILY.items() if model_id.startswith(prefix)), None)
-    if family is None:
-        return None
-    per = vae_flops_table()[family]["flops_per_latent_pixel"]
-    f9, f17 = per["9"], per["17"]
-    per_pixel = f9 * latent_frames / 9 if latent_frames < 9 else f9 + (f17 - f9) / 8 * (
-        latent_frames - 9)
-    return per_pixel * latent_pixels
 
 
 def all_reduces_per_forward(model_id: str, layers: int, text_joint: bool) -> int:
@@ -144,11 +117,9 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
     cfg_s = (latent * BYTES / (_link_for(world, gpus_per_node, g).effective_gbps * 1e9)
              if c == 2 else 0.0)
     step_s = forwards * sum(per_forward.values()) + cfg_s
-    vae = vae_decode_flops(m.id, tok.latent_frames, tok.latent_height * tok.latent_width)
-    enc = next((TEXT_ENCODERS[k] for k in TEXT_ENCODERS if m.id.startswith(k)), None)
     prompts = 2 if m.cfg_forwards == 2 else 1
-    fixed = {"vae_decode": (vae or 0.0) / matmul,
-             "text_encoder": (2 * enc[0] * n_text * prompts / matmul) if enc else 0.0}
+    once = fixed_seconds(m.id, tok, g.id, matmul, prompts)
+    fixed = once["seconds"]
     # memory per GPU
     weights = m.params_b * 1e9 * BYTES
     weights_gpu = weights / world + p_block / layers * BYTES if fsdp and world > 1 else weights / t
@@ -173,5 +144,7 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
         "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": cfg_s,
                       "fixed_seconds": fixed, "memory_bytes": memory,
                       "tp_all_reduces_per_forward": reduces if t > 1 else 0,
-                      "vae_counted": vae is not None, "text_encoder": enc[1] if enc else None},
+                      "vae_counted": once["vae_flops"] is not None,
+                      "vae_decode_flops": once["vae_flops"], "vae_share_of_peak": once["vae_share"],
+                      "vae_share_source": once["vae_source"], "text_encoder": once["text_encoder"]},
     }

@@ -15,6 +15,7 @@ from cpcourse.deployment import (
     vae_decode_flops,
     vae_flops_table,
 )
+from cpcourse.fixed_costs import measured_share, vae_measurements, vae_share
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
 from cpcourse.plan import plan, validate, validity
@@ -164,3 +165,44 @@ def test_vae_flops_file_is_what_diffusers_counts():
     total = vae_decode_flops(WAN, tok.latent_frames, tok.latent_height * tok.latent_width)
     assert 4e14 < total < 9e14
     assert vae_decode_flops("step-video-t2v-30b", 21, 100) is None
+
+
+def _flops(model, h, w, f):
+    tok = model_tokens(model, h, w, f)
+    return vae_decode_flops(model, tok.latent_frames, tok.latent_height * tok.latent_width)
+
+
+def test_vae_share_of_peak_by_hand_from_the_measured_decodes():
+    # share = FLOPs of the decode / (measured seconds x the GPU's bf16 peak)
+    by_hand = {("wan2.1", "h20"): _flops("wan2.2-t2v-a14b", 720, 1280, 81) / (26.2795 * 148e12),
+               ("wan2.1", "h200"): _flops("wan2.1-t2v-1.3b", 480, 832, 81) / (2.6314 * 989e12),
+               ("hunyuanvideo", "h200"): _flops(HY, 480, 848, 77) / (5.713 * 989e12)}
+    got = {(m["family"], m["gpu"]): measured_share(m) for m in vae_measurements()}
+    assert got == pytest.approx(by_hand)
+    assert all(0.05 < s < 0.25 for s in got.values())  # a decode is far from the matmul rate
+    # the lookup: this VAE on this GPU, else on its architecture, else another VAE on this GPU,
+    # else another VAE on its architecture, else the median of all
+    assert vae_share(WAN, "h20")[0] == pytest.approx(by_hand["wan2.1", "h20"])
+    assert vae_share(WAN, "h100")[0] == pytest.approx(by_hand["wan2.1", "h200"])
+    assert vae_share(HY, "h800")[0] == pytest.approx(by_hand["hunyuanvideo", "h200"])
+    assert vae_share(HY, "h20")[0] == pytest.approx(by_hand["wan2.1", "h20"])
+    # the H20's share stands for the H20 alone (its tensor peak is cut): not for Hopper, nor
+    # for the median that GPUs of untimed architectures take
+    assert vae_share(HY, "h100")[0] == pytest.approx(by_hand["hunyuanvideo", "h200"])
+    for gpu in ("l20", "rtx4090", "a800"):  # no decode timed on Ada or Ampere
+        share, source = vae_share(WAN, gpu)
+        assert share == pytest.approx(statistics.median(
+            [by_hand["wan2.1", "h200"], by_hand["hunyuanvideo", "h200"]]))
+        assert "median" in source
+
+
+def test_vae_decode_is_serial_and_priced_at_its_measured_share():
+    g = get_gpu("h100")
+    vae = _flops(HY, 720, 1280, 129)
+    share = vae_share(HY, "h100")[0]
+    one, eight = _c(HY, "ulysses=1", per_node=1), _c(HY, "ulysses=8")
+    for c in (one, eight):  # every rank decodes the whole video: P GPUs do not shorten it
+        assert c["breakdown"]["fixed_seconds"]["vae_decode"] == pytest.approx(
+            vae / (g.bf16_tflops * 1e12 * share))
+        assert c["breakdown"]["vae_share_of_peak"] == share
+    assert one["seconds_fixed"] == eight["seconds_fixed"]

@@ -1,0 +1,125 @@
+"""What a video costs outside the denoising loop: the VAE decode and the text encoder.
+
+Both run once per video, and neither is divided by the GPUs that share the denoising loop in the
+code that made the published runs, so they are the serial part of Amdahl's law:
+  - Wan2.1 decodes on rank 0 only (wan/text2video.py: `if self.rank == 0: videos =
+    self.vae.decode(x0)`), the others wait;
+  - HunyuanVideo decodes the whole video on every rank (hyvideo/diffusion/pipelines/
+    pipeline_hunyuan_video.py calls `self.vae.decode` with no rank test; xDiT's diffusers script
+    asserts 'parallel VAE not implemented for HunyuanVideo').
+
+VAE decode = FLOPs / (peak x share). The FLOPs are counted from diffusers' own VAE class on the
+meta device (tools/derive_vae_flops.py -> data/vae_decode_flops.json). The share is not the matmul
+rate: a decode is 3D convolutions, group norms, pads and upsampling on huge activations, and
+published decode times show it reaching 10-16% of the bf16 peak. data/vae_decode_measured.json
+holds those times (each a whole decode on one GPU, timed by its source); the share of each is
+    share = FLOPs(model, frames, height, width) / (seconds x bf16 peak of that GPU)
+and a GPU takes, in order: the share measured for that VAE family on that GPU, else on its
+architecture, else any family's on that GPU, else on its architecture, else the median of all
+(no decode on Ampere or Ada GPUs was found timed: they take the median). A measurement on the H20
+stands for the H20 alone: its bf16 peak is cut to 148 of a Hopper's 989 TFLOP/s, so a share of
+its peak is not a Hopper's, nor a Hopper's share the H20's (as the attention kernels' by_gpu
+entries; data file: stands_for).
+The median of a handful of decodes on other software (sglang) is the weakest number in the
+planner; the source is returned with it.
+
+Text encoder: 2 x parameters FLOPs per token, per prompt (two prompts with a CFG pair), at the
+matmul rate; milliseconds, kept for completeness.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from functools import lru_cache
+from importlib import resources
+
+from cpcourse.hardware import get_gpu
+
+# Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
+TEXT_ENCODERS = {
+    "wan": (5.7e9, "umT5-XXL encoder: Wan2.1 wan/modules/t5.py umt5_xxl (dim 4096, ffn 10240, 24 "
+                   "layers, vocab 256,384)"),
+    "hunyuanvideo": (8.15e9, "llava-llama-3-8B (8.03B) + CLIP-L text (0.12B): HunyuanVideo "
+                             "README, ckpts/"),
+    "cogvideox": (4.76e9, "T5-XXL encoder (google/t5-v1_1-xxl encoder): CogVideoX pipeline"),
+}
+VAE_FAMILY = {"wan2.1": "wan2.1", "wan2.2-t2v": "wan2.1", "hunyuanvideo": "hunyuanvideo",
+              "cogvideox": "cogvideox", "mochi": "mochi", "ltx-video": "ltx-video"}
+
+
+def _data(name: str) -> dict:
+    return json.loads(resources.files("cpcourse").joinpath(f"data/{name}").read_text())
+
+
+@lru_cache(maxsize=1)
+def vae_flops_table() -> dict:
+    return _data("vae_decode_flops.json")["families"]
+
+
+@lru_cache(maxsize=1)
+def vae_measurements() -> list[dict]:
+    return _data("vae_decode_measured.json")["measurements"]
+
+
+def vae_family(model_id: str) -> str | None:
+    return next((f for prefix, f in VAE_FAMILY.items() if model_id.startswith(prefix)), None)
+
+
+def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> float | None:
+    """FLOPs of decoding the whole latent video, None when the model's VAE is not counted."""
+    family = vae_family(model_id)
+    if family is None:
+        return None
+    per = vae_flops_table()[family]["flops_per_latent_pixel"]
+    f9, f17 = per["9"], per["17"]
+    per_pixel = f9 * latent_frames / 9 if latent_frames < 9 else f9 + (f17 - f9) / 8 * (
+        latent_frames - 9)
+    return per_pixel * latent_pixels
+
+
+def measured_share(m: dict) -> float:
+    """The share of its GPU's bf16 peak that one measured decode reached."""
+    from cpcourse.tokens import model_tokens
+
+    tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
+    flops = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)
+    return flops / (m["seconds"] * get_gpu(m["gpu"]).bf16_tflops * 1e12)
+
+
+def vae_share(model_id: str, gpu_id: str) -> tuple[float, str]:
+    """(share of bf16 peak, where it comes from) for this model's VAE decode on this GPU."""
+    g, fam = get_gpu(gpu_id), vae_family(model_id)
+    rows = [(m, get_gpu(m["gpu"]), measured_share(m)) for m in vae_measurements()]
+    rows_arch = [r for r in rows if r[0]["stands_for"] == "arch"]
+    # a GPU with a measurement of its own that stands for it alone takes no architecture's share
+    alone = any(m["stands_for"] == "gpu" and mg.id == g.id for m, mg, _ in rows)
+
+    def arch(m, mg):
+        return not alone and m["stands_for"] == "arch" and mg.arch == g.arch
+
+    tests = [("this VAE on this GPU", lambda m, mg: m["family"] == fam and mg.id == g.id),
+             (f"this VAE on {g.arch}", lambda m, mg: m["family"] == fam and arch(m, mg)),
+             ("another VAE on this GPU", lambda m, mg: mg.id == g.id),
+             (f"another VAE on {g.arch}", arch)]
+    for what, test in tests:
+        hits = [(m, s) for m, mg, s in rows if test(m, mg)]
+        if hits:
+            share = statistics.median(s for _, s in hits)
+            return share, f"{what}: " + "; ".join(m["source"].split(" ")[0] for m, _ in hits)
+    share = statistics.median(s for _, _, s in rows_arch)
+    return share, (f"no decode timed on {g.arch}: the median of the {len(rows_arch)} in "
+                   "data/vae_decode_measured.json that stand for their architecture")
+
+
+def fixed_seconds(model_id: str, tok, gpu_id: str, matmul_rate: float, prompts: int) -> dict:
+    """Seconds once per video ({'vae_decode', 'text_encoder'}) and where the VAE rate is from."""
+    g = get_gpu(gpu_id)
+    vae = vae_decode_flops(model_id, tok.latent_frames, tok.latent_height * tok.latent_width)
+    share, source = vae_share(model_id, g.id) if vae is not None else (None, None)
+    enc = next((TEXT_ENCODERS[k] for k in TEXT_ENCODERS if model_id.startswith(k)), None)
+    seconds = {"vae_decode": vae / (g.bf16_tflops * 1e12 * share) if vae else 0.0,
+               "text_encoder": (2 * enc[0] * tok.text_tokens * prompts / matmul_rate)
+               if enc else 0.0}
+    return {"seconds": seconds, "vae_flops": vae, "vae_share": share, "vae_source": source,
+            "text_encoder": enc[1] if enc else None}
