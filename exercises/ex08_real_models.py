@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
-# stub-sha256: bec29052d9c2f7d6 (how the generator tells your edits from its output)
+# stub-sha256: b8a230f0f398443d (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
 
@@ -8,8 +8,10 @@
 Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
 function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
-keys into a ring exactly once (`cpcourse.models.attention`). Layouts: diffusers keeps q/k/v as
-`[B, L, H, D]` inside its processors; cpcourse's attention functions take `[B, H, L, D]`.
+keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
+hands `proj_out`'s tokens back whole (`cpcourse.dist.gather_uneven`). Layouts: diffusers keeps
+q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
+`[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """
 
@@ -80,4 +82,32 @@ def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
         "the union would hold it `world` times and the text would get `world` times "
         "its softmax weight. Let exactly one rank append it. (2 more: "
         "cpcourse.hint(\"08.3\"))"
+    )
+
+
+def unpad_gathered_buggy(gathered: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """The tokens of every rank after the `proj_out` all-gather, as a colleague wrote it (do not
+    copy it). Its author tested it on 2 ranks with every number of frames from 2 to 9, even and
+    uneven splits: exact. On 3 ranks it is not always. Find why.
+
+    gathered `[B, P * max(sizes), C]`: what the all-gather returned, each rank's `[B, L_r, C]`
+    shard zero-padded to the longest first (gloo cannot all-gather unequal sizes); sizes: the
+    ranks' token counts.
+    """
+    return gathered[:, :sum(sizes)]  # the padding is zeros: drop it
+
+
+def unpad_gathered(gathered: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """`unpad_gathered_buggy`, fixed: the whole video's tokens `[B, sum(sizes), C]`, in the order
+    one process holds them, from the padded all-gather `[B, P * max(sizes), C]` (same inputs).
+    Must be exact for any sizes, equal or not.
+    """
+    # Exercise 08.4: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 08.4 unpad_gathered: read notebook 08, \"Bug hunt: the gathered "
+        "tokens\". Hint: picture the buffer the all-gather fills: every rank "
+        "contributes a block of the same length, one after the other in rank order, "
+        "and the zeros of a short rank sit at the end of ITS block. Where are they "
+        "when only the last rank is short, and where when the first ranks hold more? "
+        "(2 more: cpcourse.hint(\"08.4\"))"
     )

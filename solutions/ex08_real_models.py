@@ -5,8 +5,10 @@
 Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
 function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
-keys into a ring exactly once (`cpcourse.models.attention`). Layouts: diffusers keeps q/k/v as
-`[B, L, H, D]` inside its processors; cpcourse's attention functions take `[B, H, L, D]`.
+keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
+hands `proj_out`'s tokens back whole (`cpcourse.dist.gather_uneven`). Layouts: diffusers keeps
+q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
+`[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """
 
@@ -113,4 +115,38 @@ def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
     if rank == world - 1:
         return torch.cat([k, text_k], dim=2), torch.cat([v, text_v], dim=2)
     return k, v
+    # END SOLUTION
+
+
+def unpad_gathered_buggy(gathered: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """The tokens of every rank after the `proj_out` all-gather, as a colleague wrote it (do not
+    copy it). Its author tested it on 2 ranks with every number of frames from 2 to 9, even and
+    uneven splits: exact. On 3 ranks it is not always. Find why.
+
+    gathered `[B, P * max(sizes), C]`: what the all-gather returned, each rank's `[B, L_r, C]`
+    shard zero-padded to the longest first (gloo cannot all-gather unequal sizes); sizes: the
+    ranks' token counts.
+    """
+    return gathered[:, :sum(sizes)]  # the padding is zeros: drop it
+
+
+def unpad_gathered(gathered: torch.Tensor, sizes: list[int]) -> torch.Tensor:
+    """`unpad_gathered_buggy`, fixed: the whole video's tokens `[B, sum(sizes), C]`, in the order
+    one process holds them, from the padded all-gather `[B, P * max(sizes), C]` (same inputs).
+    Must be exact for any sizes, equal or not.
+    """
+    # BEGIN SOLUTION 08.4 | notebook 08, "Bug hunt: the gathered tokens"
+    # | hint: picture the buffer the all-gather fills: every rank contributes a block of the same
+    # | length, one after the other in rank order, and the zeros of a short rank sit at the end of
+    # | ITS block. Where are they when only the last rank is short, and where when the first
+    # | ranks hold more?
+    # | hint2: 5 frames of 16 tokens on 2 ranks: sizes [48, 32], blocks of 48. The buffer holds
+    # | rank 0's 48 tokens, then rank 1's 32 and 16 zeros. Keeping the first 80 is right here,
+    # | but 7 frames on 3 ranks ([3, 2, 2] frames) puts 16 zeros after rank 1's tokens, in the
+    # | middle, and the last frame is cut off: frames 0, 1, 2, 3, 4, pad, 5.
+    # | hint3: most = max(sizes); blocks = gathered.unflatten(1, (len(sizes), most)); return
+    # | torch.cat([blocks[:, r, :n] for r, n in enumerate(sizes)], dim=1).
+    most = max(sizes)
+    blocks = gathered.unflatten(1, (len(sizes), most))  # [B, P, max(sizes), C]
+    return torch.cat([blocks[:, r, :n] for r, n in enumerate(sizes)], dim=1)
     # END SOLUTION

@@ -100,3 +100,27 @@ def test_joined_text_counted_once(impl):
         assert_close(got, want, atol=1e-12, rtol=1e-12, dims=("B", "H", "L", "D"),
                      name=f"joint attention over the {world} ranks' blocks",
                      hint="one rank (the last) appends the text keys and values")
+
+
+def _padded_gather(tokens, sizes):
+    """What an all-gather returns when each rank pads its shard of `tokens` to the longest."""
+    most = max(sizes)
+    shards = tokens.split(sizes, dim=1)
+    return torch.cat([torch.cat([s, s.new_zeros(s.shape[0], most - s.shape[1], *s.shape[2:])],
+                                dim=1) for s in shards], dim=1)
+
+
+@pytest.mark.ex("08.4")
+def test_unpad_gathered_gives_the_whole_video(impl):
+    mod = impl("ex08_real_models")
+    gen = torch.Generator().manual_seed(0)
+    for frames, world, per in ((4, 2, 16), (5, 2, 16), (7, 3, 16), (5, 3, 4), (9, 4, 6),
+                               (6, 4, 1), (3, 3, 8), (11, 5, 3)):
+        sizes = [n * per for n in shard_sizes(frames, world)]
+        tokens = torch.randn(2, sum(sizes), 5, generator=gen)
+        got = mod.unpad_gathered(_padded_gather(tokens, sizes), sizes)
+        assert_close(got, tokens, atol=0, rtol=0, dims=("B", "L", "C"),
+                     coords={"L": lambda i, per=per: {"frame": i // per}},
+                     name=f"{frames} frames of {per} tokens on {world} ranks, sizes {sizes}",
+                     hint="each rank's block in the gathered buffer has max(sizes) tokens: its "
+                          "padding sits at the end of that block, not at the end of the buffer")
