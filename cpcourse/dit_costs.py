@@ -17,8 +17,8 @@ are not counted (CP replicates them: it divides activations, never weights).
     temporal        entry + send 3h (N_t) + receive 3h + qkv 3h + folded 3h + out h + lse n (N_s)
                     (the all-to-all's buffers are held until the attention is done)
     temporal ring   entry + q, k, v folded per position 3h + 2 K/V buffers 4h (N_max)
-                    + the merge (2 partial outs, 2 masked, 2 weighted, 1 sum: 7h; lse 6n)
-    full ring       entry + 2 K/V buffers 4h (N_max) + merge 7h + 6n (P >= 2; one call at P = 1)
+                    + the in-place merge (the running out and the block's: 2h; lse rows 6n)
+    full ring       entry + 2 K/V buffers 4h (N_max) + merge 2h + 6n (P >= 2; one call at P = 1)
     full ulysses    entry + the head all-to-all: stacked qkv 3h + send 3h + receive 3h + 3h
                     (P = 1: the send buffer is a view, 9h). Measured within 0.1% at even
                     splits; a rank holding fewer frames than its head-split share of the
@@ -46,7 +46,7 @@ def phase_elements(cfg, shape, world: int, rank: int, temporal_method: str = "al
     per_sample = 2 * b * 3 * (n_attn + 1) * h          # the block's modulation vectors
     resident = (e // 2 + e + h) * n_t + per_sample
     entry = resident + 6 * h * n_t
-    merge = 7 * h * n_t + 6 * n * n_t if world > 1 else h * n_t + n * n_t
+    merge = 2 * h * n_t + 6 * n * n_t if world > 1 else h * n_t + n * n_t
     phases = {"mlp": resident + (h + 2 * f) * n_t}
     if cfg.attention == "factored":
         phases["spatial"] = entry + (4 * h + n) * n_t

@@ -6,8 +6,9 @@ Each rank holds a contiguous shard of the sequence, q `[B, H, Lq_r, D]`, k and v
 (split like `torch.tensor_split`, so shard lengths may differ by one and some ranks may hold no
 tokens at all). At ring step s, rank r holds the K/V block of rank (r - s) mod P: it attends its
 queries to that block (`attention_with_lse`), folds the partial result into its running output
-with `merge_attention`, and passes the block on to rank r + 1 while receiving the next one from
-rank r - 1. After P steps every query has seen every key; the output never leaves its rank.
+(`merge_attention`'s formula, done in place by `_fold`), and passes the block on to rank r + 1
+while receiving the next one from rank r - 1. After P steps every query has seen every key; the
+output never leaves its rank.
 
 Modes (all give the same result up to rounding):
     "overlap"   the next K/V block is in flight (isend/irecv) while the current one is computed,
@@ -26,7 +27,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpcourse.attention import attention_with_lse, merge_attention
+from cpcourse.attention import accumulator_dtype, attention_with_lse
 from cpcourse.dist import (
     agree,
     all_gather_single,
@@ -71,6 +72,22 @@ def _check_known(q, k, v, lens, rank: int, world: int, mode: str) -> list[int]:
 def _sync(t: torch.Tensor) -> None:
     if t.is_cuda:  # timings must include the queued kernels
         torch.cuda.synchronize(t.device)
+
+
+def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
+    """`merge_attention` done in place on the running (out, lse).
+
+    The ring merges once per step and per layer, so merge_attention's five output-sized
+    temporaries would be paid thousands of times per sample; here the only output-sized tensor
+    besides the running out is the block's own (and its float32 copy when the block is bf16).
+    Blocks come from `attention_with_lse`, whose empty blocks are out = 0 and lse = -inf, so
+    there is no garbage to mask; NaN from NaN inputs still propagates.
+    """
+    new = torch.logaddexp(lse, l_)
+    base = new.masked_fill(torch.isneginf(new), 0.0)  # both empty: exp(-inf - 0) = 0, not NaN
+    out.mul_(torch.exp(lse - base).unsqueeze_(-1))
+    out.addcmul_(o.to(out.dtype), torch.exp(l_ - base).unsqueeze_(-1))
+    lse.copy_(new)
 
 
 def _exchange(send, recv, dst: int, src: int, group, step: int) -> list:
@@ -121,7 +138,11 @@ def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
                 reqs = _exchange(cur, nxt, dst, src, group, step)
         t1 = time.perf_counter()
         o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
-        out, lse = (o, l_) if out is None else merge_attention(out, lse, o, l_)
+        if out is None:
+            out, lse = o.to(accumulator_dtype(o.dtype)), l_
+        else:
+            _fold(out, lse, o, l_)
+        del o, l_  # the block's output is folded in: do not hold it through the next step
         if stats is not None:
             _sync(q)
         t2 = time.perf_counter()

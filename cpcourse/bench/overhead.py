@@ -7,7 +7,8 @@ thousands of times. On 2 ranks with one thread each, for shards of 64, 256 and 1
 (B = 1, H = 8, D = 64, float32), this measures the median of many calls of: the ring
 (`ring_attention`, overlapped), one block's attention (`attention_with_lse` of the local queries
 over one rank's keys), and the ring's parts alone: the shape agreement (`cpcourse.dist.agree`),
-one merge (`merge_attention`) and one heartbeat (`cpcourse.dist.tracked` enter and exit).
+one merge (the ring's in-place fold, `cpcourse.ring._fold`) and one heartbeat
+(`cpcourse.dist.tracked` enter and exit).
 `ratio` = ring / (2 x one block): 1.0 would be a ring with no overhead at all. With
 `lens=` a caller that already knows every rank's shard lengths (a model's CP hooks do) skips the
 agreement; that variant is measured too.
@@ -40,14 +41,15 @@ def _median(fn, calls: int) -> float:
 def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
     import torch.distributed as dist
 
-    from cpcourse.attention import attention_with_lse, merge_attention
+    from cpcourse.attention import attention_with_lse
     from cpcourse.dist import agree, tracked
-    from cpcourse.ring import ring_attention
+    from cpcourse.ring import _fold, ring_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(rank)
     q, k, v = (torch.randn(1, heads, n, head_dim, generator=gen) for _ in range(3))
     o, lse = attention_with_lse(q, k, v)
+    run_out, run_lse = o.clone(), lse.clone()  # folding a block into itself keeps it finite
 
     def beat():
         with tracked("heartbeat probe"):
@@ -57,7 +59,7 @@ def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
               "ring_known_lens_s": lambda: ring_attention(q, k, v, lens=[n] * world),
               "block_s": lambda: attention_with_lse(q, k, v),
               "agree_s": lambda: agree(None, q=q, k=k, v=v),
-              "merge_s": lambda: merge_attention(o, lse, o, lse),
+              "merge_s": lambda: _fold(run_out, run_lse, o, lse),
               "heartbeat_s": beat}
     with torch.inference_mode():
         return {"tokens_per_rank": n, **{name: _median(fn, calls) for name, fn in probes.items()}}

@@ -63,9 +63,9 @@ def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head
     """Tensor bytes a rank allocates at peak in each method, counted from the algorithm.
 
     Unit: one token of one tensor over all heads, `H * D * elem` bytes; Lr = ceil(L / P).
-    ring: two K/V receive buffers, 4 Lr (the cost model's `ring_kv_bytes_held_per_rank`), plus,
-    while merging, the running output, the block's output, merge_attention's four output-sized
-    temporaries (two masked copies, two weighted ones) and its result (7 Lr), and lse rows.
+    ring: two K/V receive buffers, 4 Lr (the cost model's `ring_kv_bytes_held_per_rank`), plus
+    the running output and the block's output (2 Lr: the ring folds each block in place), and
+    lse-sized rows: the running and the block's lse and the fold's temporaries, 6 at the peak.
     all-gather: the padded local K/V (2 Lr), the gathered buffer (2 P Lr) and the whole K/V cut
     out of it (2 L). Ulysses, while moving to heads: packed q, k, v
     (3 Lr), its send layout (3 Lr), the received pieces (3 Lr) and their concatenation (3 Lr).
@@ -78,7 +78,7 @@ def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head
     if world == 1 or method == "fused":
         return seq_len * (tok + lse)
     if method in ("ring_overlap", "ring_blocking"):
-        return 11 * lr * tok + 6 * lr * lse
+        return 6 * lr * (tok + lse)
     if method == "allgather":
         return (2 * lr + 2 * world * lr + 2 * seq_len) * tok
     return 12 * lr * tok  # ulysses
