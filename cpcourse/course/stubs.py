@@ -198,6 +198,34 @@ def make_stub(source: str, path: str | Path) -> str:
     return stub
 
 
+def _function_source(source: str, qualname: str) -> str | None:
+    """The lines of function `qualname` in `source` (None when absent or not valid Python)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    lines = source.splitlines()
+    spans = [(first, last) for first, last, name in _enclosing_functions(tree) if name == qualname]
+    return "\n".join(lines[spans[0][0] - 1:spans[0][1]]) if spans else None
+
+
+def untouched(ex: Exercise, root: Path | None = None) -> bool:
+    """True when the learner's function holding exercise `ex` is still exactly the generated stub.
+
+    Such a function raises the stub's NotImplementedError, and CI proves every graded test fails
+    with it on the untouched stubs, so grading can answer "not implemented" without running them.
+    """
+    root = Path(root) if root else course_root()
+    solution = root / "solutions" / f"{ex.module}.py"
+    try:
+        mine = (root / "exercises" / f"{ex.module}.py").read_text()
+        stub = make_stub(solution.read_text(), solution)
+    except (OSError, UnicodeDecodeError, InputError):
+        return False
+    got = _function_source(mine, ex.function)
+    return got is not None and got == _function_source(stub, ex.function)
+
+
 def course_root() -> Path:
     """The course checkout (holding solutions/, exercises/, tests/): $CPCOURSE_ROOT or the repo
     the package was installed from (editable), else the nearest parent of the working directory."""

@@ -59,8 +59,33 @@ def test_grade_json_reports_each_status(learner_grade):
     failure = rows["99.2"]["first_failure"]
     assert "test_double" in failure and "worst at index [1, 1]" in failure
     assert "expected 8, got 9" in failure and "hint: multiply by two" in failure
-    assert "Exercise 99.3 triple" in rows["99.3"]["first_failure"]
+    # 99.3 is the untouched stub: answered without running its tests
+    assert "untouched" in rows["99.3"]["first_failure"] and rows["99.3"]["tests"] == 0
     assert "builds on exercise 99.3" in rows["99.6"]["first_failure"]
+
+
+def test_an_untouched_stub_is_not_implemented_without_starting_pytest(course, monkeypatch):
+    def no_pytest(*args, **kwargs):
+        raise AssertionError("pytest was started for an untouched stub")
+
+    monkeypatch.setattr(grading.subprocess, "Popen", no_pytest)
+    result = grading.grade(["99.3"], impl="exercises", root=course)[0]
+    assert result.status == "not implemented" and result.untouched and result.tests == []
+    assert "not implemented yet: write triple" in render_text(result)
+    with pytest.raises(AssertionError, match="pytest was started"):  # the edited 99.1 runs
+        grading.grade(["99.1"], impl="exercises", root=course)
+
+
+def test_a_stub_with_any_edit_is_graded_by_its_tests(tmp_path):
+    root = make_course(tmp_path / "c")
+    path = root / "exercises" / "ex99_fake.py"
+    marker = "    # Exercise 99.3: write"
+    assert marker in path.read_text()
+    path.write_text(path.read_text().replace(marker, "    # thinking...\n" + marker))
+    result = grading.grade(["99.3"], impl="exercises", root=root)[0]
+    assert result.status == "not implemented" and not result.untouched
+    assert [t.outcome for t in result.tests] == ["failed"]
+    assert "Exercise 99.3 triple" in result.first_failure
 
 
 def test_grade_solutions_pass(course, capsys, monkeypatch):
