@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
-# stub-sha256: 6a5e9eaf4eafeb92 (how the generator tells your edits from its output)
+# stub-sha256: e454a6327496cba8 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
 
@@ -10,7 +10,9 @@ per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where 
 cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
 (`cpcourse.mesh.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
 Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
-(`cpcourse.tensor_parallel`). Check yours in the notebook with `cpcourse.check("09.1")`.
+(`cpcourse.tensor_parallel`). Then a design choice (09.4): the layout of a multi-node run,
+judged by the bytes it sends between nodes. Check yours in the notebook with
+`cpcourse.check("09.1")`.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from cpcourse.dist import all_gather_single
+from cpcourse.mesh import Layout
 
 
 def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
@@ -94,4 +97,31 @@ def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tenso
         "second layer's INPUT columns, and one all-reduce adds the T partial sums. A "
         "bias belongs to the sum, not to each partial. (2 more: "
         "cpcourse.hint(\"09.3\"))"
+    )
+
+
+def choose_layout(gpus: int, gpus_per_node: int, heads: int, cfg_forwards: int,
+                  tp: int) -> Layout:
+    """Your layout for a run of `gpus` GPUs in nodes of `gpus_per_node`: a `Layout` of `gpus`
+    ranks with `tp` as given.
+
+    The model has `heads` attention heads and runs `cfg_forwards` forwards per denoising step
+    (2 with classifier-free guidance, 1 when guidance-distilled); it needs TP `tp` to fit in a
+    GPU's memory (tp divides gpus_per_node and heads). Ranks sit on the mesh as `make_mesh`
+    lays them out, and node n holds ranks n * gpus_per_node .. (n + 1) * gpus_per_node - 1.
+    Choose the layout that the heads allow, whose blocking collectives (TP's all-reduces,
+    Ulysses' all-to-alls) never leave a node, and that, among those, sends the fewest bytes per
+    denoising step between nodes. The check prices every layout with the bytes of section 6
+    put on the links of section 5; where several are equally good, any of them passes.
+    """
+    # Exercise 09.4: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 09.4 choose_layout: read notebook 09, \"Design: a layout for two "
+        "nodes\". Hint: take the dims one at a time with section 5's two facts: the "
+        "inner dims' groups are neighbouring ranks, and each dim's traffic has its "
+        "own size and its own tolerance for a slow link. Which dim sends the least "
+        "and waits the least, so it may take the node boundary? Which dims must fit "
+        "inside a node, and when does a group of neighbouring ranks fit (think of "
+        "where the node boundaries fall)? What is left for the ring, and does a "
+        "longer ring send more or less between nodes? (2 more: cpcourse.hint(\"09.4\"))"
     )

@@ -7,7 +7,9 @@ per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where 
 cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
 (`cpcourse.mesh.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
 Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
-(`cpcourse.tensor_parallel`). Check yours in the notebook with `cpcourse.check("09.1")`.
+(`cpcourse.tensor_parallel`). Then a design choice (09.4): the layout of a multi-node run,
+judged by the bytes it sends between nodes. Check yours in the notebook with
+`cpcourse.check("09.1")`.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from cpcourse.dist import all_gather_single
+from cpcourse.mesh import Layout
 
 
 def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
@@ -129,4 +132,44 @@ def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tenso
     y = F.linear(h, fc2.weight[:, s]).contiguous()
     dist.all_reduce(y, group=group)
     return y + fc2.bias
+    # END SOLUTION
+
+
+def choose_layout(gpus: int, gpus_per_node: int, heads: int, cfg_forwards: int,
+                  tp: int) -> Layout:
+    """Your layout for a run of `gpus` GPUs in nodes of `gpus_per_node`: a `Layout` of `gpus`
+    ranks with `tp` as given.
+
+    The model has `heads` attention heads and runs `cfg_forwards` forwards per denoising step
+    (2 with classifier-free guidance, 1 when guidance-distilled); it needs TP `tp` to fit in a
+    GPU's memory (tp divides gpus_per_node and heads). Ranks sit on the mesh as `make_mesh`
+    lays them out, and node n holds ranks n * gpus_per_node .. (n + 1) * gpus_per_node - 1.
+    Choose the layout that the heads allow, whose blocking collectives (TP's all-reduces,
+    Ulysses' all-to-alls) never leave a node, and that, among those, sends the fewest bytes per
+    denoising step between nodes. The check prices every layout with the bytes of section 6
+    put on the links of section 5; where several are equally good, any of them passes.
+    """
+    # BEGIN SOLUTION 09.4 | notebook 09, "Design: a layout for two nodes"
+    # | hint: take the dims one at a time with section 5's two facts: the inner dims' groups are
+    # | neighbouring ranks, and each dim's traffic has its own size and its own tolerance for a
+    # | slow link. Which dim sends the least and waits the least, so it may take the node
+    # | boundary? Which dims must fit inside a node, and when does a group of neighbouring ranks
+    # | fit (think of where the node boundaries fall)? What is left for the ring, and does a
+    # | longer ring send more or less between nodes?
+    # | hint2: 16 GPUs in 2 nodes of 8, 24 heads, two forwards, tp 1: CFG-parallel across the
+    # | nodes (one prediction per step), then each node's 8 ranks are one cfg group: Ulysses 8
+    # | (24 % 8 == 0) or ring 2 x Ulysses 4 or ring 8, nothing but the cfg exchange between the
+    # | nodes. Guidance-distilled, the same cluster: the ring must cross. Ring 2 x Ulysses 8: in
+    # | each of 8 rings both ranks send one block of N/2 tokens x hidden/8 across, N x hidden in
+    # | all per layer; ring 4 x Ulysses 4: in each of 4 rings 2 of the 4 hops cross, 3 blocks of
+    # | N/4 x hidden/4 each, 1.5 N x hidden. 12 GPUs in nodes of 4, 6 heads, two forwards: a cfg
+    # | group is ranks 0-5, so Ulysses 3 would straddle a node (ranks 3 and 4); Ulysses 2 fits.
+    # | hint3: cfg = 2 if cfg_forwards == 2 else 1; n = gpus // (cfg * tp); ulysses = the largest
+    # | u dividing n with heads % (u * tp) == 0 and gpus_per_node % (u * tp) == 0; ring = n //
+    # | ulysses; return Layout(cfg=cfg, ring=ring, ulysses=ulysses, tp=tp).
+    cfg = 2 if cfg_forwards == 2 and gpus % (2 * tp) == 0 else 1
+    n = gpus // (cfg * tp)  # the sequence ranks of one cfg group
+    ulysses = max(u for u in range(1, n + 1)
+                  if n % u == 0 and heads % (u * tp) == 0 and gpus_per_node % (u * tp) == 0)
+    return Layout(cfg=cfg, ring=n // ulysses, ulysses=ulysses, tp=tp)
     # END SOLUTION

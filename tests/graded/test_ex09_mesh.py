@@ -252,3 +252,49 @@ def test_tp_mlp_equals_the_unsplit_mlp_on_2_and_4_ranks(impl, impl_name):
                 f"{where}: sent {r['sent']} bytes by {r['ops']}; one all-reduce of the output "
                 f"[..., d] sends {allreduce} (2 (T - 1) / T of {payload} bytes) and nothing else "
                 "moves: the hidden features never leave their rank")
+
+
+# --- 09.4 a layout for several nodes --------------------------------------------------------------
+
+# (gpus, gpus_per_node, heads, cfg_forwards, tp): real head counts on real node sizes
+PLACEMENTS = [(16, 8, 24, 1, 1), (16, 8, 24, 1, 2), (16, 8, 24, 2, 1), (32, 8, 40, 2, 1),
+              (16, 8, 12, 2, 1), (16, 8, 12, 1, 1), (12, 4, 6, 2, 1), (16, 4, 8, 1, 2),
+              (24, 8, 24, 1, 1), (8, 4, 12, 2, 2), (32, 8, 48, 1, 4), (8, 8, 24, 2, 1)]
+
+
+def _between_nodes(layout, per_node, heads):
+    """Bytes per step between nodes, per dim, for the course's DiT with `heads` heads."""
+    from cpcourse.dit import DiTConfig
+    from cpcourse.dit_costs import predicted_bytes_per_step
+    from cpcourse.viz.mesh import traffic_by_link
+
+    cfg = DiTConfig(hidden=8 * heads, heads=heads, attention="full", depth=2)
+    sent = [predicted_bytes_per_step(cfg, (1, 4, 12, 8, 8), layout, r) for r in range(layout.world)]
+    return {d: v["ib"] for d, v in traffic_by_link(layout, sent, per_node).items()}
+
+
+@pytest.mark.ex("09.4")
+def test_choose_layout_keeps_blocking_traffic_in_a_node_and_sends_least_across(impl):
+    mod = impl("ex09_mesh")
+    for gpus, per_node, heads, forwards, tp in PLACEMENTS:
+        case = (f"{gpus} GPUs in nodes of {per_node}, {heads} heads, {forwards} forward(s) per "
+                f"step, tp {tp}")
+        got = mod.choose_layout(gpus, per_node, heads, forwards, tp)
+        assert isinstance(got, Layout), f"{case}: return a cpcourse.mesh.Layout, got {got!r}"
+        allowed = [lay for lay in layouts(gpus, heads, cfg=forwards == 2) if lay.tp == tp]
+        assert got in allowed, (
+            f"{case}: {got} is not a layout of {gpus} ranks with tp {tp} that the heads (and "
+            f"the forwards per step) allow; those are: {', '.join(map(str, allowed))}")
+        priced = {lay: _between_nodes(lay, per_node, heads) for lay in allowed}
+        blocking = {d: b for d, b in priced[got].items() if d in ("tp", "ulysses") and b}
+        assert not blocking, (
+            f"{case}: {got} sends {blocking} bytes per step of blocking collectives between "
+            "nodes: which ranks share a node, and which ranks form a Ulysses or TP group?")
+        fine = {lay: sum(b.values()) for lay, b in priced.items()
+                if not any(b.get(d) for d in ("tp", "ulysses"))}
+        best = min(fine.values())
+        assert sum(priced[got].values()) == best, (
+            f"{case}: {got} sends {sum(priced[got].values()):,.0f} bytes per step between nodes "
+            f"({ {d: int(b) for d, b in priced[got].items() if b} }); "
+            f"{', '.join(str(lay) for lay, b in fine.items() if b == best)} send(s) "
+            f"{best:,.0f}. Which dim's traffic is smallest, and how long must the ring be?")
