@@ -1,6 +1,7 @@
-"""Exercises of notebook 00, the token explosion: how many tokens a video becomes.
+"""Exercises of notebook 00, the token explosion: how many tokens a video becomes, and whether
+a rank's share of them is whole frames.
 
-    python -m pytest tests/graded --ex 00.1 --impl exercises
+    python -m pytest tests/graded --ex 00.1 --impl exercises   # 00.1, 00.2
 
 Check your answer in a notebook with `cpcourse.check("00.1")`, or from a shell with
 `cpcourse grade`. The library's own version is `cpcourse.tokens.video_tokens`.
@@ -38,4 +39,35 @@ def count_video_tokens(height: int, width: int, frames: int, vae_temporal: int =
     latent_frames = frames if vae_temporal == 1 else (frames - 1) // vae_temporal + 1
     return (math.ceil(latent_frames / p_t) * (height // (vae_spatial * p_h))
             * (width // (vae_spatial * p_w)))
+    # END SOLUTION
+
+
+def ranks_split_mid_frame(frames: int, tokens_per_frame: int, world: int) -> list[int]:
+    """The ranks whose shard is NOT whole frames when a video's tokens are split over `world`.
+
+    The video is `frames` latent frames of `tokens_per_frame` tokens each, flattened in (t, h, w)
+    order into one sequence of frames * tokens_per_frame tokens (no text), and split over `world`
+    ranks like `torch.tensor_split`: each rank gets one contiguous run of tokens. Return, in
+    increasing order, every rank whose run starts or ends inside a frame (a rank that holds no
+    token is not counted). A write-up claims "each GPU holds whole frames": this tells when.
+    """
+    # BEGIN SOLUTION 00.2 | notebook 00, "Splitting the sequence"
+    # | hint: section 7: work out where each rank's run of tokens begins and ends (the split rule
+    # | of torch.tensor_split: who gets the extra tokens?), then ask when a position in the
+    # | flattened sequence is a boundary between two frames.
+    # | hint2: 3 frames of 4 tokens = 12 tokens on 5 ranks: runs of [3, 3, 2, 2, 2] tokens, so the
+    # | runs start at 0, 3, 6, 8, 10 and end at 3, 6, 8, 10, 12. Frames start at 0, 4, 8: every
+    # | rank has an end or a start inside a frame, so all 5 ranks are returned. On 3 ranks (4 each)
+    # | none is; on 2 ranks (6 each) both are.
+    # | hint3: base, extra = divmod(frames * tokens_per_frame, world); rank r starts at r * base +
+    # | min(r, extra) and holds base + (r < extra) tokens; return the ranks holding tokens whose
+    # | start or end is not a multiple of tokens_per_frame.
+    base, extra = divmod(frames * tokens_per_frame, world)
+    broken = []
+    for r in range(world):
+        start = r * base + min(r, extra)
+        end = start + base + (1 if r < extra else 0)
+        if end > start and (start % tokens_per_frame or end % tokens_per_frame):
+            broken.append(r)
+    return broken
     # END SOLUTION

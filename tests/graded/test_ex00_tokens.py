@@ -1,8 +1,10 @@
-"""Graded tests of notebook 00's exercises: counting a video's DiT tokens.
+"""Graded tests of notebook 00's exercises: counting a video's DiT tokens (00.1), and which ranks
+of a token split hold whole frames (00.2).
 
     python -m pytest tests/graded/test_ex00_tokens.py --impl exercises
 
-Each answer is compared with the library's own `cpcourse.tokens.video_tokens`.
+00.1 is compared with the library's own `cpcourse.tokens.video_tokens`, 00.2 with a brute-force
+`torch.tensor_split` of the token indices.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ import operator
 import random
 
 import pytest
+import torch
 
 from cpcourse.course.testing import assert_close
-from cpcourse.tokens import video_tokens
+from cpcourse.tokens import model_tokens, video_tokens
 
 HINT = ("latent frames T = F, or (F-1)//vae_temporal + 1 when vae_temporal > 1; "
         "tokens = ceil(T/p_t) * (H // (s*p_h)) * (W // (s*p_w))")
@@ -68,3 +71,46 @@ def test_random_sizes(impl):
             frames = vt * (frames // vt) + 1
         height, width = s * p_h * rng.randrange(1, 90), s * p_w * rng.randrange(1, 160)
         _check(mod, height, width, frames, vae_temporal=vt, vae_spatial=s, patch=(p_t, p_h, p_w))
+
+
+# --- 00.2 which ranks hold whole frames -----------------------------------------------------------
+
+def _mid_frame_ranks(frames, tokens_per_frame, world):
+    """The truth, by brute force: split the token indices and look at each run's ends."""
+    runs = torch.tensor_split(torch.arange(frames * tokens_per_frame), world)
+    return [r for r, run in enumerate(runs) if len(run)
+            and (int(run[0]) % tokens_per_frame or (int(run[-1]) + 1) % tokens_per_frame)]
+
+
+def _check_mid_frame(mod, frames, tokens_per_frame, world, what=""):
+    got = mod.ranks_split_mid_frame(frames, tokens_per_frame, world)
+    want = _mid_frame_ranks(frames, tokens_per_frame, world)
+    call = f"ranks_split_mid_frame({frames}, {tokens_per_frame}, {world}){what}"
+    assert isinstance(got, list) and all(isinstance(r, int) for r in got), \
+        f"{call} returned {got!r}: return a list of rank numbers (ints)"
+    runs = [len(x) for x in torch.tensor_split(torch.arange(frames * tokens_per_frame), world)]
+    assert got == want, (
+        f"{call} = {got}, want {want}. The ranks hold runs of {runs[:12]}"
+        f"{' ...' if world > 12 else ''} tokens; a frame is {tokens_per_frame} tokens, so frame "
+        f"boundaries are the multiples of {tokens_per_frame}.")
+
+
+@pytest.mark.ex("00.2")
+def test_real_models_at_their_default_size(impl):
+    """HunyuanVideo's 33 latent frames split as tokens over 8 GPUs: every rank's run starts or
+    ends mid-frame; Wan2.1-14B's 21 latent frames over 3 and 7 GPUs: whole frames."""
+    mod = impl("ex00_tokens")
+    for model_id in ("hunyuanvideo-13b", "wan2.1-t2v-14b"):
+        t = model_tokens(model_id)
+        for world in (2, 3, 4, 7, 8):
+            _check_mid_frame(mod, t.latent_frames, t.tokens_per_frame, world, f" ({model_id})")
+
+
+@pytest.mark.ex("00.2")
+def test_random_videos_and_more_ranks_than_tokens(impl):
+    mod, rng = impl("ex00_tokens"), random.Random(2)
+    for frames, tokens_per_frame, world in [(3, 4, 5), (1, 1, 4), (2, 3, 7), (4, 1, 3),
+                                            (6, 5, 6), (6, 5, 4), (5, 2, 10)]:
+        _check_mid_frame(mod, frames, tokens_per_frame, world)
+    for _ in range(300):
+        _check_mid_frame(mod, rng.randrange(1, 40), rng.randrange(1, 60), rng.randrange(1, 17))
