@@ -1,9 +1,10 @@
 # Yours to edit. Generated from solutions/ex01_attention.py by tools/make_exercises.py
-# stub-sha256: 94d1c091d9153e1c (how the generator tells your edits from its output)
+# stub-sha256: 77a990d6ecfb4bde (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 01, attention on one device: the direct way, then with its log-sum-exp.
+"""Exercises of notebook 01, attention on one device: the direct way, then with its log-sum-exp,
+and a bug hunt in a "safe" attention.
 
-    python -m pytest tests/graded --ex 01.1 --impl exercises
+    python -m pytest tests/graded --ex 01.1 --impl exercises   # 01.1, 01.2, 01.3
 
 Check your answer in a notebook with `cpcourse.check("01.1")`, or from a shell with
 `cpcourse grade`. The library's own versions are `cpcourse.attention.reference_attention` and
@@ -56,4 +57,37 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         "the sum of the shifted exponentials, and add the shift back when taking the "
         "log. Work in float32 (float64 stays float64) and cast only the results, as "
         "the docstring says. (2 more: cpcourse.hint(\"01.2\"))"
+    )
+
+
+def attention_global_max_buggy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               scale: float | None = None) -> torch.Tensor:
+    """A "numerically safe" attention from a blog post that is wrong (do not copy it).
+
+    It subtracts the largest score before exponentiating, so exp never overflows, it computes
+    in float32, and it passed the random tests it came with. Exercise 01.3: find inputs on
+    which it is wrong.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale
+    p = torch.exp(scores - scores.max())
+    return ((p @ v.float()) / p.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def inputs_that_break_it() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs on which `attention_global_max_buggy` is wrong, though every score is modest.
+
+    Return (q, k, v), float32: q [B, H, Lq, D], k and v [B, H, Lk, D], every size between 1 and
+    64, all values finite, every score q k^T / sqrt(D) within [-64, 64] (modest scores: float32's
+    exp overflows only past 88.7), on which `attention_global_max_buggy(q, k, v)` returns a
+    value that is not finite or is off by more than 1e-3 from the true attention.
+    """
+    # Exercise 01.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 01.3 inputs_that_break_it: read notebook 01, \"Bug hunt: a safe "
+        "attention that is not\". Hint: section 6 subtracts a maximum for a reason. "
+        "Read the buggy code: which maximum does it subtract, taken over which "
+        "dimensions? Then ask what float32's exp returns for a number far below zero, "
+        "and which query's row would be left with nothing to normalise by. (2 more: "
+        "cpcourse.hint(\"01.3\"))"
     )

@@ -1,6 +1,7 @@
-"""Exercises of notebook 01, attention on one device: the direct way, then with its log-sum-exp.
+"""Exercises of notebook 01, attention on one device: the direct way, then with its log-sum-exp,
+and a bug hunt in a "safe" attention.
 
-    python -m pytest tests/graded --ex 01.1 --impl exercises
+    python -m pytest tests/graded --ex 01.1 --impl exercises   # 01.1, 01.2, 01.3
 
 Check your answer in a notebook with `cpcourse.check("01.1")`, or from a shell with
 `cpcourse grade`. The library's own versions are `cpcourse.attention.reference_attention` and
@@ -72,4 +73,44 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     lse = (row_max + torch.log(row_sum)).squeeze(-1)
     lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     return out.to(q.dtype), lse.to(lse_dtype)
+    # END SOLUTION
+
+
+def attention_global_max_buggy(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                               scale: float | None = None) -> torch.Tensor:
+    """A "numerically safe" attention from a blog post that is wrong (do not copy it).
+
+    It subtracts the largest score before exponentiating, so exp never overflows, it computes
+    in float32, and it passed the random tests it came with. Exercise 01.3: find inputs on
+    which it is wrong.
+    """
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q.float() @ k.float().transpose(-2, -1)) * scale
+    p = torch.exp(scores - scores.max())
+    return ((p @ v.float()) / p.sum(dim=-1, keepdim=True)).to(q.dtype)
+
+
+def inputs_that_break_it() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Inputs on which `attention_global_max_buggy` is wrong, though every score is modest.
+
+    Return (q, k, v), float32: q [B, H, Lq, D], k and v [B, H, Lk, D], every size between 1 and
+    64, all values finite, every score q k^T / sqrt(D) within [-64, 64] (modest scores: float32's
+    exp overflows only past 88.7), on which `attention_global_max_buggy(q, k, v)` returns a
+    value that is not finite or is off by more than 1e-3 from the true attention.
+    """
+    # BEGIN SOLUTION 01.3 | notebook 01, "Bug hunt: a safe attention that is not"
+    # | hint: section 6 subtracts a maximum for a reason. Read the buggy code: which maximum does
+    # | it subtract, taken over which dimensions? Then ask what float32's exp returns for a number
+    # | far below zero, and which query's row would be left with nothing to normalise by.
+    # | hint2: in float32, exp(-80) = 1.8e-35 but exp(-104) = 0 (below the smallest subnormal,
+    # | 1.4e-45). Two queries with score rows [3, 1] and [-2, -4]: one max for the whole tensor,
+    # | 3, leaves the second row exp(-5) and exp(-7), small but fine. Make that gap larger than
+    # | 104 and the second row's sum is 0, its weights 0 / 0.
+    # | hint3: D = 1 (scale 1), q = [[60], [-60]] as [1, 1, 2, 1], k = ones [1, 1, 3, 1]: the
+    # | global max is 60, the second row's scores sit 120 below it, exp(-120) = 0 in float32, and
+    # | its output is 0 / 0 = NaN.
+    q = torch.tensor([60.0, -60.0]).view(1, 1, 2, 1)
+    k = torch.ones(1, 1, 3, 1)
+    v = torch.arange(3.0).view(1, 1, 3, 1)
+    return q, k, v
     # END SOLUTION

@@ -1,4 +1,5 @@
-"""Graded tests of notebook 01's exercises: naive attention, then attention with its log-sum-exp.
+"""Graded tests of notebook 01's exercises: naive attention, attention with its log-sum-exp, and
+inputs that break a "safe" attention (01.3).
 
     python -m pytest tests/graded/test_ex01_attention.py --impl exercises
 
@@ -8,10 +9,13 @@ the same inputs, on odd shapes (Lq != Lk, D != Dv, lengths that are not powers o
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
 from cpcourse.attention import TOLERANCES, TOLERANCES_LARGE_LOGITS, reference_attention
+from cpcourse.course import load
 from cpcourse.course.testing import assert_close
 
 DIMS = ("B", "H", "L", "D")
@@ -123,3 +127,36 @@ def test_low_precision_inputs_keep_float32_lse(impl, dtype):
                  name="lse", hint="compute in float32: q.float() @ k.float().transpose(-2, -1)")
     assert_close(out, want[0], atol=tol["out"][0], rtol=tol["out"][1], dims=DIMS, name="out",
                  hint=HINT_12)
+
+
+# --- 01.3 bug hunt: inputs that break a "safe" attention ------------------------------------------
+
+@pytest.mark.ex("01.3")
+def test_inputs_break_the_global_max_attention(impl):
+    mod = impl("ex01_attention")
+    got = mod.inputs_that_break_it()
+    assert isinstance(got, tuple) and len(got) == 3 and all(
+        isinstance(x, torch.Tensor) for x in got), \
+        f"inputs_that_break_it() returned {type(got).__name__}: return a tuple (q, k, v)"
+    q, k, v = got
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        assert x.dtype == torch.float32 and x.dim() == 4, \
+            f"{name} is {x.dtype} with shape {tuple(x.shape)}: want float32 [B, H, L, D]"
+        assert all(1 <= n <= 64 for n in x.shape), \
+            f"{name} has shape {tuple(x.shape)}: every size between 1 and 64"
+        assert torch.isfinite(x).all(), f"{name} holds non-finite values: keep them finite"
+    assert q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2] \
+        and q.shape[3] == k.shape[3], (f"shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v "
+                                       f"{tuple(v.shape)} do not fit [B, H, Lq, D], [B, H, Lk, D]")
+    scores = q.double() @ k.double().transpose(-2, -1) * q.shape[-1] ** -0.5
+    worst = float(scores.abs().max())
+    assert worst <= 64, (f"a score reaches {worst:.4g}: keep every q k^T / sqrt(D) within "
+                         "[-64, 64]. Large logits break many things; the point is that this "
+                         "bug needs none.")
+    want = ref(q, k, v)[0]
+    buggy = load("solutions", "ex01_attention").attention_global_max_buggy(q, k, v).double()
+    err = float((buggy - want).abs().nan_to_num(math.inf).max())
+    assert err > 1e-3, (
+        f"on these inputs attention_global_max_buggy is right (max error {err:.2g} against "
+        "float64). Read which maximum it subtracts, over which dimensions, and think about "
+        "which query row ends up with nothing to normalise by.")
