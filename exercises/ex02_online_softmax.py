@@ -1,9 +1,10 @@
 # Yours to edit. Generated from solutions/ex02_online_softmax.py by tools/make_exercises.py
-# stub-sha256: afc97b60edd50d68 (how the generator tells your edits from its output)
+# stub-sha256: 9393928698acc6e2 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 02, the online softmax and the merge: attention one block at a time.
+"""Exercises of notebook 02, the online softmax and the merge: attention one block at a time,
+and a bug hunt in an online softmax.
 
-    python -m pytest tests/graded --ex 02.1 --impl exercises   # 02.1, 02.2, 02.3
+    python -m pytest tests/graded --ex 02.1 --impl exercises   # 02.1, 02.2, 02.3, 02.4
 
 Check your answer in a notebook with `cpcourse.check("02.1")`, or from a shell with
 `cpcourse grade`. The library's own versions live in `cpcourse.online_softmax`
@@ -87,4 +88,46 @@ def merge_partials(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor
         "with no keys must add nothing even when its output holds NaN, and two empty "
         "sides give 0 and -inf, never NaN. Work in float32. (2 more: "
         "cpcourse.hint(\"02.3\"))"
+    )
+
+
+def online_softmax_stats_blockmax_buggy(blocks: Iterable[torch.Tensor]
+                                        ) -> tuple[torch.Tensor, torch.Tensor]:
+    """An online softmax that passes random tests and is wrong (do not copy it).
+
+    Same inputs and outputs as `online_softmax_stats`. It keeps its running sum relative to the
+    max of the block it has just read rather than the running max (each block's terms are then
+    exp(x - its own max), as in a plain safe softmax), rescales the sum whenever that reference
+    moves, and converts the sum to the overall max at the end. In exact arithmetic that is the
+    same sum. Exercise 02.4: find blocks on which it is wrong.
+    """
+    m = ref = s = None
+    for block in blocks:
+        block = block.to(torch.promote_types(block.dtype, torch.float32))
+        block_max = block.amax(dim=-1)
+        terms = torch.exp(block - block_max.unsqueeze(-1)).sum(dim=-1)
+        if ref is None:
+            m, ref, s = block_max, block_max, terms
+            continue
+        s = s * torch.exp(ref - block_max) + terms
+        m, ref = torch.maximum(m, block_max), block_max
+    return m, s * torch.exp(ref - m)
+
+
+def blocks_that_break_it() -> list[torch.Tensor]:
+    """Blocks of one row on which `online_softmax_stats_blockmax_buggy` is wrong.
+
+    Return a list of float32 tensors [R, n_i] (the same R rows in each, 1 <= R <= 8, 1 <= n_i;
+    at most 16 blocks and 256 columns in all), every value within [-50, 50], on which the
+    buggy function's (m, s) is not finite or differs from the true max and sum of exp(x - m)
+    of the whole row by more than a relative 1e-3.
+    """
+    # Exercise 02.4: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 02.4 blocks_that_break_it: read notebook 02, \"Bug hunt: the wrong "
+        "running reference\". Hint: compare the buggy code with the online softmax of "
+        "section 2. In both, the sum so far is rescaled when the reference moves; "
+        "which way can the buggy reference move, and how large can its rescaling "
+        "factor then get? Random blocks rarely find out: choose the order of the "
+        "blocks on purpose. (2 more: cpcourse.hint(\"02.4\"))"
     )

@@ -1,4 +1,5 @@
-"""Graded tests of notebook 02's exercises: the online softmax, blockwise attention, the merge.
+"""Graded tests of notebook 02's exercises: the online softmax, blockwise attention, the merge,
+and blocks that break a buggy online softmax (02.4).
 
     python -m pytest tests/graded/test_ex02_online_softmax.py --impl exercises
 
@@ -21,6 +22,7 @@ from cpcourse.attention import (
     attention_with_lse,
     reference_attention,
 )
+from cpcourse.course import load
 from cpcourse.course.testing import assert_close
 from cpcourse.memory import peak_memory
 
@@ -212,3 +214,37 @@ def test_merge_of_far_apart_lse_and_bf16_inputs(impl):
     tol = TOLERANCES[torch.bfloat16]
     assert_close(out, ref(q, k, v)[0], atol=tol["out"][0], rtol=tol["out"][1], dims=DIMS,
                  name="out", hint=HINT_23)
+
+
+# --- 02.4 bug hunt: blocks that break an online softmax -------------------------------------------
+
+@pytest.mark.ex("02.4")
+def test_blocks_break_the_block_max_online_softmax(impl):
+    mod = impl("ex02_online_softmax")
+    blocks = mod.blocks_that_break_it()
+    assert isinstance(blocks, list | tuple) and blocks and all(
+        isinstance(b, torch.Tensor) for b in blocks), \
+        f"blocks_that_break_it() returned {blocks!r}: return a list of tensors [R, n_i]"
+    shapes = [tuple(b.shape) for b in blocks]
+    assert all(b.dtype == torch.float32 and b.dim() == 2 for b in blocks), \
+        f"blocks of shapes {shapes}, dtypes {[str(b.dtype) for b in blocks]}: want float32 [R, n_i]"
+    rows = {s[0] for s in shapes}
+    assert len(rows) == 1 and 1 <= shapes[0][0] <= 8 and all(s[1] >= 1 for s in shapes), \
+        f"blocks of shapes {shapes}: the same R rows (1 to 8) in every block, at least 1 column"
+    assert len(blocks) <= 16 and sum(s[1] for s in shapes) <= 256, \
+        f"{len(blocks)} blocks, {sum(s[1] for s in shapes)} columns: at most 16 and 256"
+    x = torch.cat(blocks, dim=-1)
+    assert torch.isfinite(x).all() and float(x.abs().max()) <= 50, (
+        f"values reach {float(x.abs().max()):.4g}: keep every value finite and within [-50, 50] "
+        "(modest scores: the point is that this bug needs nothing larger)")
+    x64 = x.double()
+    want_m = x64.amax(-1)
+    want_s = torch.exp(x64 - want_m[..., None]).sum(-1)
+    buggy = load("solutions", "ex02_online_softmax").online_softmax_stats_blockmax_buggy
+    m, s = (t.double() for t in buggy(iter(blocks)))
+    err = max(float(((m - want_m).abs() / want_m.abs().clamp_min(1)).nan_to_num(math.inf).max()),
+              float(((s - want_s).abs() / want_s).nan_to_num(math.inf).max()))
+    assert err > 1e-3, (
+        f"on these blocks the buggy online softmax is right (relative error {err:.2g}). Which "
+        "number is its sum kept relative to, which way can that reference move from one block "
+        "to the next, and how large can the rescaling factor then get in float32?")
