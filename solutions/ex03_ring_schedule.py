@@ -1,6 +1,7 @@
-"""Exercise of notebook 03, the ring simulated: the schedule, who holds and sends what when.
+"""Exercises of notebook 03, the ring simulated: the schedule, who holds and sends what when, and
+how long a layer's ring takes.
 
-    python -m pytest tests/graded --ex 03.1 --impl exercises
+    python -m pytest tests/graded --ex 03.1 --impl exercises   # 03.1, 03.2
 
 P ranks sit on a ring; rank r passes K/V blocks to rank (r + 1) mod P and receives from rank
 (r - 1) mod P. At step 0 every rank holds its own K/V block. The library's simulator
@@ -43,4 +44,36 @@ def ring_step(step: int, world: int) -> list[dict]:
                      "recv_from": None if last else prev,
                      "receives": None if last else (prev - step) % world})
     return plan
+    # END SOLUTION
+
+
+def ring_layer_seconds(world: int, tokens_per_rank: int, heads: int, head_dim: int,
+                       bytes_per_element: int, flops_per_s: float, bytes_per_s: float,
+                       latency_s: float = 0.0) -> dict:
+    """Predict how long one attention layer's ring takes, overlapped and blocking.
+
+    `world` ranks each hold `tokens_per_rank` tokens (an even split), `heads` heads of dimension
+    `head_dim`, K and V in `bytes_per_element` bytes per element. Attending Lq queries to a
+    block of Lk keys costs 4 * Lq * Lk * head_dim * heads FLOPs at `flops_per_s`; one hop moves
+    a block's K and V and costs latency_s + its bytes / bytes_per_s. Return {"overlap": s,
+    "blocking": s}: the time at which the last rank finishes, from the start, as
+    `cpcourse.sim.timeline` measures the simulated ring (overlap=True and overlap=False).
+    """
+    # BEGIN SOLUTION 03.2 | notebook 03, "A per-rank timeline"
+    # | hint: section 5 and the pictures of section 3: count the ring's steps and its hops (does
+    # | the last step send anything?), price one step's compute and one hop, and decide what one
+    # | step costs when the hop runs beside the compute and when it waits for it. With an even
+    # | split every rank keeps in step with its neighbours.
+    # | hint2: P = 3, 1,000 tokens per rank, 1 head of 64, 2 bytes: a step computes 4 * 1000^2 *
+    # | 64 = 2.56e8 FLOPs, 2.56 ms at 1e11 FLOP/s; a hop moves 2 * 1000 * 64 * 2 = 256,000 bytes,
+    # | 2.56 ms at 1e8 B/s, 3.56 ms with a 1 ms latency. Two steps send, the third does not: 3.56
+    # | + 3.56 + 2.56 = 9.68 ms overlapped, 2.56 + 3.56 + 2.56 + 3.56 + 2.56 = 14.8 ms blocking.
+    # | hint3: c = 4 L^2 D H / F; t = latency_s + 2 L D H b / B; overlap = (P - 1) * max(c, t) + c;
+    # | blocking = (P - 1) * (c + t) + c.
+    lq = tokens_per_rank
+    compute = 4 * lq * lq * head_dim * heads / flops_per_s
+    hop = latency_s + 2 * lq * head_dim * heads * bytes_per_element / bytes_per_s
+    hops = world - 1
+    return {"overlap": hops * max(compute, hop) + compute,
+            "blocking": hops * (compute + hop) + compute}
     # END SOLUTION
