@@ -1,14 +1,19 @@
-"""Graded test of notebook 05: the overlap condition against the library's cost model.
+"""Graded tests of notebook 05: the overlap condition against the library's cost model (05.1),
+and the fewest GPUs for a layer's time against the simulated ring (05.2).
 
     python -m pytest tests/graded --ex 05.1 --impl solutions
 """
 
+import functools
 import math
 
 import pytest
+import torch
 
 from cpcourse.costs import comm
 from cpcourse.hardware import get_gpu, get_link
+from cpcourse.sim import simulate_ring, timeline
+from cpcourse.viz.ring import at_scale
 
 # (gpu, link, dtype, tokens, cp, heads, head_dim): NVLink hides, one NIC often does not, fp32 too
 CASES = [("h100", "nvlink4", "bf16", 432000, 8, 32, 128), ("h100", "ib-ndr", "bf16", 111600, 8,
@@ -42,3 +47,61 @@ def test_matches_the_cost_model(impl):
                                       BYTES[dtype], flops, bw)
         assert at["hidden"] and not below["hidden"], \
             f"{case}: hidden must switch on exactly at min_tokens_per_rank"
+
+
+# --- 05.2 how many GPUs ---------------------------------------------------------------------------
+
+@functools.cache
+def _schedule(world):
+    x = torch.zeros(1, 1, world, 2)
+    return simulate_ring(x, x, x, world).events
+
+
+def _simulated(tokens, world, heads, head_dim, elem, flops, bw):
+    """One layer's overlapped ring as the simulated timeline measures it."""
+    events = at_scale(_schedule(world), tokens, heads, head_dim, elem)
+    return max(r["end"] for r in timeline(events, world, flops, bw, overlap=True))
+
+
+def _model(tokens, world, heads, head_dim, elem, flops, bw):
+    """The same time in closed form (even split), checked against the simulation below."""
+    lq = tokens // world
+    step, hop = 4 * lq * lq * head_dim * heads / flops, 2 * lq * head_dim * heads * elem / bw
+    return (world - 1) * max(step, hop) + step
+
+
+@pytest.mark.ex("05.2")
+def test_fewest_gpus_against_the_simulated_ring(impl):
+    mod = impl("ex05_overlap")
+    h100 = get_gpu("h100").attention_flops()
+    nv, ib = (get_link(x).effective_gbps * 1e9 for x in ("nvlink4", "ib-ndr"))
+    wan = (75600, 40, 128, 2)  # Wan2.1-14B at 720p: tokens, heads, head dim, bf16
+    cases = [(*wan, h100, nv, 0.03, 32), (*wan, h100, nv, 0.01, 32), (*wan, h100, nv, 0.005, 32),
+             (*wan, h100, ib, 0.05, 32), (*wan, h100, ib, 0.03, 32),  # under IB's floor: None
+             (1200, 1, 64, 2, 1e11, 1e8, 2.5e-3, 24), (1200, 1, 64, 2, 1e11, 1e8, 2e-3, 24),
+             (1200, 1, 64, 2, 1e11, 1e8, 1.0, 24),                      # one GPU is enough
+             (1201, 3, 64, 4, 1e11, 1e8, 1e-3, 24)]                     # a prime: P = 1 only
+    for tokens, heads, head_dim, elem, flops, bw, target, max_gpus in cases:
+        got = mod.fewest_gpus(tokens, heads, head_dim, elem, flops, bw, target, max_gpus)
+        size = (heads, head_dim, elem, flops, bw)
+        degrees = [p for p in range(1, max_gpus + 1) if tokens % p == 0]
+        want = next((p for p in degrees if _model(tokens, p, *size) <= target), None)
+        case = (f"{tokens} tokens, {heads} heads of {head_dim}, {elem} B, F={flops:.3g}, "
+                f"B={bw:.3g}, target {target * 1e3:g} ms, up to {max_gpus} GPUs")
+        # the closed form is what the simulated ring measures, at the answer and next to it
+        for p in {degrees[-1], *([want, degrees[degrees.index(want) - 1]] if want else [])}:
+            assert math.isclose(_model(tokens, p, *size), _simulated(tokens, p, *size),
+                                rel_tol=1e-9)
+        if want is None:
+            best = min(degrees, key=lambda p: _model(tokens, p, *size))
+            assert got is None, (
+                f"{case}: fewest_gpus = {got!r}, but no degree reaches the target: the fastest, "
+                f"P = {best} of those that divide the tokens, takes "
+                f"{_model(tokens, best, *size) * 1e3:.4g} ms"
+                + (". Past the hiding threshold, more GPUs do not make the ring faster."
+                   if best != degrees[-1] else "."))
+        else:
+            assert got == want, (
+                f"{case}: fewest_gpus = {got!r}, want {want} (its ring takes "
+                f"{_simulated(tokens, want, *size) * 1e3:.4g} ms); only degrees that divide the "
+                "tokens count")
