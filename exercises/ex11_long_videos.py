@@ -1,19 +1,22 @@
 # Yours to edit. Generated from solutions/ex11_long_videos.py by tools/make_exercises.py
-# stub-sha256: 489dd2935daa618e (how the generator tells your edits from its output)
+# stub-sha256: 45d82748c43e181c (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 11, long videos: the window schedule and the blending weights.
+"""Exercises of notebook 11, long videos: the window schedule, the blending weights, and a bug
+hunt in the blend of windows spread over ranks.
 
     python -m pytest tests/graded --ex 11.1 --impl exercises
 
 A model trained on W frames makes a T-frame video by co-denoising overlapping windows of W
 frames and blending their predictions where they overlap. The library's versions are
-`cpcourse.windows.window_starts` and `cpcourse.windows.frame_weights`; check yours in the
-notebook with `cpcourse.check("11.1")`.
+`cpcourse.windows.window_starts` and `cpcourse.windows.frame_weights` (`blend_weights`: one
+window's weights before normalising); check yours in the notebook with `cpcourse.check("11.1")`.
 """
 
 from __future__ import annotations
 
 import torch
+
+from cpcourse import windows
 
 
 def window_starts(frames: int, window: int, stride: int) -> list[int]:
@@ -52,4 +55,45 @@ def frame_weights(frames: int, starts: list[int], window: int, blend: str) -> to
         "column), not per window: a frame inside one window only gets weight 1 from "
         "it, a frame in two windows splits 1 between them in proportion to their raw "
         "weights. (2 more: cpcourse.hint(\"11.2\"))"
+    )
+
+
+def rank_blend_buggy(preds: list, starts: list[int], mine: list[int], frames: int, window: int,
+                     blend: str) -> torch.Tensor:
+    """This rank's term of the all-reduce under `parallel="windows"`, as a colleague wrote it (do
+    not copy it): exact on one rank, a seam on two. Find why.
+    """
+    raw = windows.blend_weights(window, blend)
+    total = torch.zeros(frames, dtype=torch.float64)
+    for k in mine:  # each frame's weights must add up to 1
+        total[starts[k]:starts[k] + window] += raw
+    b, c, _, h, w = preds[0].shape
+    x0 = preds[0].new_zeros(b, c, frames, h, w)
+    for k, pred in zip(mine, preds, strict=True):
+        s = starts[k]
+        share = (raw / total[s:s + window]).to(pred.dtype)
+        x0[:, :, s:s + window] += share.view(1, 1, -1, 1, 1) * pred
+    return x0
+
+
+def rank_blend(preds: list, starts: list[int], mine: list[int], frames: int, window: int,
+               blend: str) -> torch.Tensor:
+    """`rank_blend_buggy`, fixed: this rank's term of the per-step all-reduce when whole windows
+    are spread over ranks.
+
+    preds: the predictions `[B, C, window, Hl, Wl]` of this rank's windows, in the order of
+    `mine` (indices into `starts`, the schedule of the whole video; each rank holds a different
+    run of at least one window, and together the ranks hold each window once). Returns
+    `[B, C, frames, Hl, Wl]`, zero where this rank has no window. Summed over the ranks (the
+    all-reduce), it must equal the blend one process computes with every window, for any
+    number of ranks.
+    """
+    # Exercise 11.3: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 11.3 rank_blend: read notebook 11, \"Bug hunt: a seam that only two "
+        "ranks make\". Hint: the all-reduce adds the ranks' terms, so a frame's final "
+        "weight is the sum of the shares every rank gave it. The buggy version makes "
+        "each rank's shares add up to 1 on every frame it touches: what happens to a "
+        "frame that windows of two ranks cover? Of which windows' weights should a "
+        "window's share of a frame be the fraction? (2 more: cpcourse.hint(\"11.3\"))"
     )

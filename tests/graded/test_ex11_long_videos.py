@@ -75,3 +75,30 @@ def test_frame_weights_small_case(impl):
     assert_close(flat[:, 2:4], torch.full((2, 2), 0.5, dtype=torch.float64), atol=1e-12,
                  rtol=1e-12, dims=("window", "frame"), name="flat weights in the overlap",
                  hint="flat: each covering window counts the same")
+
+
+@pytest.mark.ex("11.3")
+def test_rank_blend_sums_to_the_one_process_blend(impl):
+    from cpcourse.dist import shard_offsets, shard_sizes
+
+    mod = impl("ex11_long_videos")
+    gen = torch.Generator().manual_seed(0)
+    for frames, window, stride, world in ((32, 8, 4, 2), (18, 8, 4, 3), (20, 6, 3, 4),
+                                          (16, 8, 4, 1), (30, 8, 8, 2), (25, 7, 2, 5)):
+        starts = windows.window_starts(frames, window, stride)
+        preds = [torch.randn(1, 2, window, 3, 3, generator=gen, dtype=torch.float64)
+                 for _ in starts]
+        for blend in ("flat", "pyramid"):
+            weights = windows.frame_weights(frames, starts, window, blend)
+            want = torch.zeros(1, 2, frames, 3, 3, dtype=torch.float64)
+            for k, (s, p) in enumerate(zip(starts, preds, strict=True)):
+                want[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * p
+            sizes = shard_sizes(len(starts), world)
+            got = sum(mod.rank_blend([preds[k] for k in range(o, o + n)], starts,
+                                     list(range(o, o + n)), frames, window, blend)
+                      for o, n in zip(shard_offsets(sizes), sizes, strict=True))
+            assert_close(got, want, atol=1e-12, rtol=1e-12, dims=("B", "C", "T", "H", "W"),
+                         name=f"sum over {world} ranks, {frames} frames, windows of {window} at "
+                              f"stride {stride}, {blend}",
+                         hint="after the all-reduce every frame's weights must add up to 1 over "
+                              "all the windows that cover it, whichever rank holds them")
