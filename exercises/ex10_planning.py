@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex10_planning.py by tools/make_exercises.py
-# stub-sha256: d33cde9c138c9e0c (how the generator tells your edits from its output)
+# stub-sha256: 74ced4f205eab2f8 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 10, planning a real deployment: three pieces of the planner, by you.
 
@@ -7,7 +7,8 @@
 
 `cpcourse.deployment.cost` prices a layout term by term and `cpcourse.plan.validity` says which
 layouts a model's own code accepts. Here you write the compute one GPU does in one forward under
-a layout, the communication it waits for, and HunyuanVideo's rule for splitting a video. Units:
+a layout, the communication it waits for, HunyuanVideo's rule for splitting a video, and (10.4)
+a prediction: how many GPUs a ring can take before its hops show. Units:
 seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is bf16 (2
 bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
 """
@@ -111,4 +112,28 @@ def hunyuan_accepts(height: int, width: int, layout) -> bool:
         "hand each GPU a share of the heads. The split over the video is made by ring "
         "x ulysses ranks together (TP ranks hold the same tokens), and it cuts whole "
         "rows of tokens, or else whole columns. (2 more: cpcourse.hint(\"10.3\"))"
+    )
+
+
+def largest_hidden_ring(tokens: int, hidden: int, layers: int, attention_flops: float,
+                        link_gbps: float, max_gpus: int = 64) -> int:
+    """The most GPUs, from 1 to `max_gpus`, that the ring alone (`Layout(ring=R)`) can spread a
+    model over with every hop hidden: nothing exposed, as `deployment.cost` and exercise 10.2
+    price a hop against its block's attention.
+
+    tokens: N, the sequence self-attention runs over (split like `torch.tensor_split`); hidden,
+    layers: the model's width and self-attention layers; attention_flops: the attention kernel's
+    FLOP/s; link_gbps: effective GB/s, one direction, of the link the ring crosses. Not every
+    argument matters: which do is part of the exercise. A ring of 1 sends nothing, so the answer
+    is at least 1.
+    """
+    # Exercise 10.4: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 10.4 largest_hidden_ring: read notebook 10, \"How far the ring "
+        "hides\". Hint: a hop is hidden when sending one block takes no longer than "
+        "attending to it. Write both for a block of n tokens (exercise 10.2's terms, "
+        "notebook 05's threshold) and see what cancels: the condition is on n alone, "
+        "against the GPU and the link. More GPUs means shorter blocks, so there is a "
+        "largest R; remember how the busiest GPU's n is rounded. (2 more: "
+        "cpcourse.hint(\"10.4\"))"
     )

@@ -4,7 +4,8 @@
 
 `cpcourse.deployment.cost` prices a layout term by term and `cpcourse.plan.validity` says which
 layouts a model's own code accepts. Here you write the compute one GPU does in one forward under
-a layout, the communication it waits for, and HunyuanVideo's rule for splitting a video. Units:
+a layout, the communication it waits for, HunyuanVideo's rule for splitting a video, and (10.4)
+a prediction: how many GPUs a ring can take before its hops show. Units:
 seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is bf16 (2
 bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
 """
@@ -146,4 +147,33 @@ def hunyuan_accepts(height: int, width: int, layout) -> bool:
     sp = layout.ring * layout.ulysses
     heads_ok = 24 % (layout.ulysses * layout.tp) == 0
     return layout.cfg == 1 and heads_ok and (rows % sp == 0 or cols % sp == 0)
+    # END SOLUTION
+
+
+def largest_hidden_ring(tokens: int, hidden: int, layers: int, attention_flops: float,
+                        link_gbps: float, max_gpus: int = 64) -> int:
+    """The most GPUs, from 1 to `max_gpus`, that the ring alone (`Layout(ring=R)`) can spread a
+    model over with every hop hidden: nothing exposed, as `deployment.cost` and exercise 10.2
+    price a hop against its block's attention.
+
+    tokens: N, the sequence self-attention runs over (split like `torch.tensor_split`); hidden,
+    layers: the model's width and self-attention layers; attention_flops: the attention kernel's
+    FLOP/s; link_gbps: effective GB/s, one direction, of the link the ring crosses. Not every
+    argument matters: which do is part of the exercise. A ring of 1 sends nothing, so the answer
+    is at least 1.
+    """
+    # BEGIN SOLUTION 10.4 | notebook 10, "How far the ring hides"
+    # | hint: a hop is hidden when sending one block takes no longer than attending to it. Write
+    # | both for a block of n tokens (exercise 10.2's terms, notebook 05's threshold) and see what
+    # | cancels: the condition is on n alone, against the GPU and the link. More GPUs means
+    # | shorter blocks, so there is a largest R; remember how the busiest GPU's n is rounded.
+    # | hint2: HunyuanVideo (N = 119,056) over InfiniBand NDR between H100 nodes: attention at
+    # | 0.35 x 989e12 = 3.46e14 FLOP/s, the link at 46.5 GB/s. A hop of n tokens sends 2 x n x
+    # | hidden x 2 bytes, its block's attention is 4 x n x n x hidden FLOPs: equal at n = 3.46e14
+    # | / 46.5e9 = 7,444 tokens, whatever the hidden size. ceil(119,056 / 15) = 7,938 hides;
+    # | ceil(119,056 / 16) = 7,441 does not: 15 GPUs.
+    # | hint3: critical = attention_flops / (link_gbps * 1e9); return max([1] + [r for r in
+    # | range(2, max_gpus + 1) if math.ceil(tokens / r) >= critical]); hidden and layers cancel.
+    critical = attention_flops / (link_gbps * 1e9)  # tokens per GPU at which a hop = its block
+    return max([1] + [r for r in range(2, max_gpus + 1) if math.ceil(tokens / r) >= critical])
     # END SOLUTION

@@ -180,3 +180,26 @@ def test_hunyuan_random_resolutions_and_layouts(impl):
         accepted += reason is None
         refused += reason is not None
     assert accepted > 20 and refused > 20
+
+
+@pytest.mark.ex("10.4")
+def test_largest_hidden_ring_agrees_with_the_cost_model(impl):
+    mod = impl("ex10_planning")
+    most = 64
+    for model_id in MODELS:
+        m = get_model(model_id)
+        for gpu in GPUS:
+            g = get_gpu(gpu)
+            for link, per_node in ((g.intra_link, most), (g.nic, 1)):  # one box, one GPU a node
+                tok = model_tokens(model_id)
+                hidden = [r for r in range(1, most + 1) if cost(
+                    model_id, tok, gpu, Layout(ring=r), per_node)["breakdown"][
+                    "per_forward_seconds"]["ring_exposed"] == 0]
+                want = max(hidden)
+                got = mod.largest_hidden_ring(tok.sequence_length, m.hidden, m.layers,
+                                              _rates(gpu)[1], get_link(link).effective_gbps, most)
+                assert got == want, (
+                    f"{model_id} ({tok.sequence_length:,} tokens) on {gpu}, the ring over {link}: "
+                    f"got {got!r}; the cost model hides every hop up to {want} GPUs and exposes "
+                    f"some at {want + 1}. When does a block of n tokens take longer to attend "
+                    "than to send, and how many tokens does the busiest GPU hold on R GPUs?")
