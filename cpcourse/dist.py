@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import mmap
 import os
 import time
 from datetime import timedelta
@@ -218,25 +219,42 @@ def all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group=None) ->
 # --- heartbeat: which communication call each rank is in ----------------------------------------
 
 class _Heartbeat:
-    """One small file per rank, rewritten on entry to and exit from each tracked call."""
+    """One small file per rank, rewritten on entry to and exit from each tracked call.
+
+    The file is memory-mapped at a fixed size and each record is copied into the map, space
+    padded (JSON ignores the trailing spaces): no system call per write. A ring call writes
+    six records and a model makes thousands of ring calls per sample, so the ftruncate and
+    pwrite it replaces cost 0.3 ms per ring call (`cpcourse bench ring --small`).
+    """
+
+    SIZE = 4096
 
     def __init__(self):
-        self.fd = None
-        self.pid = None
+        self.map = None
+        self.key = None
         self.current: dict = {}
+
+    def _open(self, run_dir: str):
+        path = os.path.join(run_dir, f"rank{os.environ.get('RANK', '0')}.op")
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.ftruncate(fd, self.SIZE)
+            return mmap.mmap(fd, self.SIZE)
+        finally:
+            os.close(fd)  # the map keeps the file open
 
     def write(self, record: dict) -> None:
         self.current = record
         run_dir = os.environ.get(ENV_RUN_DIR)
         if not run_dir:
             return
-        if self.fd is None or self.pid != os.getpid():
-            rank = os.environ.get("RANK", "0")
-            path = os.path.join(run_dir, f"rank{rank}.op")
-            self.fd, self.pid = os.open(path, os.O_WRONLY | os.O_CREAT, 0o644), os.getpid()
+        key = (os.getpid(), run_dir)  # a forked child or another run gets its own file
+        if key != self.key:
+            self.map, self.key = self._open(run_dir), key
         data = json.dumps(record).encode()
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, data, 0)
+        if len(data) > self.SIZE:  # an absurdly long label: keep the record valid JSON
+            data = json.dumps({**record, "op": str(record.get("op"))[:1000]}).encode()
+        self.map[:] = data.ljust(self.SIZE)
 
 
 _HEARTBEAT = _Heartbeat()

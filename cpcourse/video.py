@@ -240,13 +240,15 @@ def temporal_attention_cp(q, k, v, group=None, method: str = "all_to_all", scale
     _check_video(q, k, v)
     _, world = require_group(group, "temporal_attention_cp")
     forward_only("temporal_attention_cp", q, k, v)
-    t_sizes = [s[2] for s in agree(group, seq_dim=2, q=q, k=k, v=v)["q"]]
+    agreed = agree(group, seq_dim=2, q=q, k=k, v=v)
+    t_sizes = [shape[2] for shape in agreed["q"]]
     b, _, _, s, _ = q.shape
     if method == "ring":
         from cpcourse.ring import ring_attention
 
+        # every rank's frame counts are agreed above: the ring need not agree them again
         out = ring_attention(positions_to_batch(q), positions_to_batch(k), positions_to_batch(v),
-                             group=group, scale=scale)
+                             group=group, scale=scale, lens=[shape[2] for shape in agreed["k"]])
         return batch_to_positions(out, b, s).contiguous()
     require(q.shape[-1] == v.shape[-1], "the all_to_all path needs v's head dim equal to q's")
     buffers: list = []  # held until the attention is done: a fixed, predictable peak
