@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 
 from cpcourse.course import IMPLS, load
+from cpcourse.course.gradecache import SessionRecorder
 from cpcourse.course.stubs import course_root, registry, stub_error_id
 
 
@@ -61,6 +62,28 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+_deselected: set[str] = set()  # exercises with a test left out by -k, -m or --ex
+_recorder: list = []           # this session's SessionRecorder, once collection is final
+
+
+def pytest_deselected(items):
+    _deselected.update(e for i in items if (e := exercise_of(i)) is not None)
+
+
+def pytest_collection_finish(session):
+    """Record what this session's graded tests prove (`cpcourse.course.gradecache`)."""
+    config = session.config
+    if config.getoption("--expect-stubs") or not any(exercise_of(i) for i in session.items):
+        return
+    _recorder.append(SessionRecorder(session.items, _deselected, config.getoption("--impl"),
+                                     course_root(), exercise_of))
+
+
+def pytest_runtest_logreport(report):
+    for recorder in _recorder:
+        recorder.report(report)
 
 
 @pytest.fixture

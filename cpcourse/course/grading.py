@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cpcourse.course import gradecache
 from cpcourse.course.exercises import impl_from_env
 from cpcourse.course.exercises import show as show_notice
 from cpcourse.course.hints import hints_used
@@ -66,6 +67,7 @@ class ExerciseResult:
     seconds: float = 0.0
     hints_used: int = 0          # highest hint level seen (`cpcourse.hint`)
     untouched: bool = False      # the function is still the generated stub: no test was run
+    recorded_at: float | None = None  # passed earlier with this same code: answered from the record
 
     @property
     def passed(self) -> bool:
@@ -91,7 +93,8 @@ class ExerciseResult:
                 "tests": len(self.tests), "tests_passed": sum(t.outcome == "passed"
                                                               for t in self.tests),
                 "first_failure": self.first_failure, "seconds": round(self.seconds, 3),
-                "hints_used": self.hints_used, "hint_levels": len(ex.hints)}
+                "hints_used": self.hints_used, "hint_levels": len(ex.hints),
+                "recorded": self.recorded_at is not None}
 
     def __repr__(self) -> str:
         return f"<check {self.exercise.id}: {self.status}>"
@@ -154,7 +157,7 @@ def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) ->
     fd, log = tempfile.mkstemp(prefix="cpcourse-grade-", suffix=".jsonl")
     os.close(fd)
     # An exercise whose marker no file shows still runs over all of tests/graded ("no tests").
-    files = _graded_files(ids, root) if ids else []
+    files = gradecache.graded_files(ids, root) if ids else []
     where = [str(f.relative_to(root)) for f in files] or ["tests/graded"]
     cmd = [sys.executable, "-m", "pytest", *where, "-p", "cpcourse.course.grading",
            "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--impl", impl]
@@ -245,8 +248,12 @@ def _grade(ex: Exercise, impl: str, run: _Run, timeout: float) -> ExerciseResult
 
 
 def grade(ids: list[str] | None = None, *, impl: str | None = None, timeout: float | None = None,
-          root: Path | None = None) -> list[ExerciseResult]:
-    """Grade the exercises `ids` (all when None) in one pytest subprocess."""
+          root: Path | None = None, rerun: bool = False) -> list[ExerciseResult]:
+    """Grade the exercises `ids` (all when None) in one pytest subprocess.
+
+    Untouched stubs are "not implemented" at once; an exercise that passed with this very code
+    (`cpcourse.course.gradecache`) is "passed" from the record unless `rerun`.
+    """
     impl = impl_from_env(impl)
     root = (Path(root) if root else course_root()).resolve()
     table = registry(root)
@@ -255,28 +262,29 @@ def grade(ids: list[str] | None = None, *, impl: str | None = None, timeout: flo
                              high=86_400)
     # An untouched stub can only end "not implemented": say so at once instead of starting
     # pytest (and, for the multi-process exercises, ranks) to watch it raise.
-    quick = {e.id for e in exercises
-             if impl == "exercises" and _graded_files([e.id], root) and untouched(e, root)}
-    todo = [e.id for e in exercises if e.id not in quick]
-    run = (_run_pytest(todo if ids or quick else None, impl, timeout, root) if todo
+    quick = {e.id for e in exercises if impl == "exercises"
+             and gradecache.graded_files([e.id], root) and untouched(e, root)}
+    fp = None if rerun else gradecache.fingerprint(impl, root)
+    kept = {e.id: rec for e in exercises if fp and e.id not in quick
+            and (rec := gradecache.lookup(e.id, impl, root, fp))}
+    todo = [e.id for e in exercises if e.id not in quick and e.id not in kept]
+    run = (_run_pytest(todo if ids or quick or kept else None, impl, timeout, root) if todo
            else _Run({}, None, False, 0, "", 0.0))
-    results = [ExerciseResult(ex, impl, "not implemented", untouched=True) if ex.id in quick
-               else _grade(ex, impl, run, timeout) for ex in exercises]
+    results = []
+    for ex in exercises:
+        if ex.id in quick:
+            results.append(ExerciseResult(ex, impl, "not implemented", untouched=True))
+        elif ex.id in kept:
+            rec = kept[ex.id]
+            tests = [TestOutcome(node, ex.id, "passed") for node in rec["tests"]]
+            results.append(ExerciseResult(ex, impl, "passed", tests, seconds=rec["seconds"],
+                                          recorded_at=rec["time"]))
+        else:
+            results.append(_grade(ex, impl, run, timeout))
     used = hints_used(root)
     for r in results:
         r.hints_used = used.get(r.exercise.id, 0)
     return results
-
-
-def _graded_files(ids: list[str], root: Path) -> list[Path]:
-    """The files of tests/graded that mark a test `ex("ID")` for one of `ids` (a text scan).
-
-    Collecting only these keeps a check from importing every graded module (notebook 08's
-    imports diffusers, seconds on a laptop); pytest's `--ex` still selects the tests.
-    """
-    marks = [m for i in ids for m in (f'ex("{i}")', f"ex('{i}')")]
-    return [path for path in sorted((root / "tests" / "graded").glob("test_*.py"))
-            if any(m in path.read_text(errors="replace") for m in marks)]
 
 
 class CheckFailed(AssertionError):
@@ -284,19 +292,21 @@ class CheckFailed(AssertionError):
 
 
 def check(exercise_id: str, *, impl: str | None = None, timeout: float | None = None,
-          root: Path | None = None, show: bool = True) -> ExerciseResult:
+          root: Path | None = None, show: bool = True, rerun: bool = False) -> ExerciseResult:
     """Run exercise `exercise_id`'s graded tests in a subprocess, show a pass/fail panel.
 
     impl: "exercises" (yours, the default) or "solutions"; $CPCOURSE_IMPL when not given.
     timeout: seconds before the tests are stopped (default 120, or $CPCOURSE_CHECK_TIMEOUT).
-    Returns the result: `.passed`, `.status`, `.failures`, `.first_failure`.
+    rerun: run the tests even when they passed with this same code before (see the record,
+    `cpcourse.course.gradecache`). Returns the result: `.passed`, `.status`, `.failures`,
+    `.first_failure`.
     """
     from cpcourse.course.panels import render_html, render_text
 
     if timeout is None:
         timeout = os.environ.get("CPCOURSE_CHECK_TIMEOUT", DEFAULT_CHECK_TIMEOUT)
     timeout = positive_float("timeout", timeout, high=86_400)
-    result = grade([exercise_id], impl=impl, timeout=timeout, root=root)[0]
+    result = grade([exercise_id], impl=impl, timeout=timeout, root=root, rerun=rerun)[0]
     if show:
         show_notice(render_text(result), render_html(result))
     if not result.passed and os.environ.get("CPCOURSE_STRICT_CHECKS"):
@@ -314,11 +324,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--timeout", type=float, default=DEFAULT_GRADE_TIMEOUT,
                         help=f"seconds for the whole run (default {DEFAULT_GRADE_TIMEOUT:g})")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run every test, even of exercises that passed with this same code")
     parser.add_argument("--ex", action="append", default=None, metavar="ID",
                         help="only these exercises (repeatable)")
     args = parser.parse_args(argv)
     start = time.monotonic()
-    results = grade(args.ex, impl=args.impl, timeout=args.timeout)
+    results = grade(args.ex, impl=args.impl, timeout=args.timeout, rerun=args.rerun)
     seconds = time.monotonic() - start
     all_passed = bool(results) and all(r.passed for r in results)
     if args.json:

@@ -9,6 +9,7 @@ report (the `assert_close` text: worst element, coordinates, expected vs got, hi
 from __future__ import annotations
 
 import html
+import time
 
 COLORS = {"passed": ("#1e7b34", "#e9f6ec"), "failed": ("#b3261e", "#fdecea"),
           "not implemented": ("#9a6700", "#fff8e1"), "timed out": ("#b3261e", "#fdecea"),
@@ -20,6 +21,10 @@ MAX_REPORT_LINES = 30
 def _next_step(result) -> str:
     ex = result.exercise
     n, ok = len(result.tests), sum(t.outcome == "passed" for t in result.tests)
+    if result.status == "passed" and result.recorded_at is not None:
+        when = time.strftime("%H:%M", time.localtime(result.recorded_at))
+        return (f"all {n} graded tests passed ({result.impl}) at {when} with this same code; "
+                f"not run again (cpcourse.check(\"{ex.id}\", rerun=True) runs them).")
     if result.status == "passed":
         return f"all {n} graded tests pass ({result.impl})."
     if result.status == "not implemented" and result.detail:

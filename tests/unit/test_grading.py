@@ -73,7 +73,52 @@ def test_an_untouched_stub_is_not_implemented_without_starting_pytest(course, mo
     assert result.status == "not implemented" and result.untouched and result.tests == []
     assert "not implemented yet: write triple" in render_text(result)
     with pytest.raises(AssertionError, match="pytest was started"):  # the edited 99.1 runs
-        grading.grade(["99.1"], impl="exercises", root=course)
+        grading.grade(["99.1"], impl="exercises", root=course, rerun=True)
+
+
+def _no_pytest(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("pytest was started")
+
+    monkeypatch.setattr(grading.subprocess, "Popen", refuse)
+
+
+def test_a_pass_is_answered_from_the_record_until_the_code_changes(tmp_path, monkeypatch):
+    root = make_course(tmp_path / "c")
+    first = grading.grade(["99.1", "99.2"], impl="solutions", root=root)
+    assert [r.status for r in first] == ["passed", "passed"]
+    assert all(r.recorded_at is None for r in first)
+    with monkeypatch.context() as m:
+        _no_pytest(m)
+        again = grading.grade(["99.1", "99.2"], impl="solutions", root=root)
+        assert [r.status for r in again] == ["passed", "passed"]
+        assert all(r.recorded_at is not None for r in again)
+        assert [len(r.tests) for r in again] == [len(r.tests) for r in first]
+        assert "not run again" in render_text(again[0])
+        with pytest.raises(AssertionError, match="pytest was started"):
+            grading.grade(["99.1"], impl="solutions", root=root, rerun=True)
+        # the solutions' record says nothing of exercises/ (here an untouched stub)
+        assert grading.grade(["99.1"], impl="exercises", root=root)[0].status == \
+            "not implemented"
+        source = root / "solutions" / "ex99_fake.py"
+        source.write_text(source.read_text() + "\n# an edit anywhere in the code under test\n")
+        with pytest.raises(AssertionError, match="pytest was started"):
+            grading.grade(["99.1"], impl="solutions", root=root)
+
+
+def test_failures_and_partial_sessions_are_not_recorded(tmp_path, monkeypatch):
+    root = make_course(tmp_path / "c")
+    edit_as_learner(root)
+    assert grading.grade(["99.2"], impl="exercises", root=root)[0].status == "failed"
+    # a session that left one of 99.2's tests out proves nothing about 99.2
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "tests/graded", "--impl", "solutions",
+                    "-k", "not test_double"], cwd=root, capture_output=True, timeout=120,
+                   env={**os.environ, "CPCOURSE_ROOT": str(root)})
+    _no_pytest(monkeypatch)
+    assert grading.grade(["99.1"], impl="solutions", root=root)[0].recorded_at is not None
+    for impl in ("exercises", "solutions"):
+        with pytest.raises(AssertionError, match="pytest was started"):
+            grading.grade(["99.2"], impl=impl, root=root)
 
 
 def test_a_stub_with_any_edit_is_graded_by_its_tests(tmp_path):
