@@ -4,9 +4,9 @@
 
 Both run the graded tests (tests/graded, selected by exercise id) in a pytest subprocess with a
 time limit, so a learner's infinite loop or deadlock ends in "timed out after N s" and the whole
-process tree is stopped. Outcomes come back test by test through this module, loaded into that
-pytest as a plugin (`-p cpcourse.course.grading`), which appends one JSON line per event to the file
-named by $CPCOURSE_GRADE_LOG; a killed run still leaves the lines written before it died.
+process tree is stopped. Outcomes come back test by test through `cpcourse.course.gradeplugin`,
+loaded into that pytest as a plugin, which appends one JSON line per event to the file named by
+$CPCOURSE_GRADE_LOG; a killed run still leaves the lines written before it died.
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ from cpcourse.course.stubs import (
     course_root,
     get_exercise,
     registry,
-    stub_error_id,
     untouched,
 )
 from cpcourse.launch.proctree import stop_tree
@@ -100,47 +99,6 @@ class ExerciseResult:
         return f"<check {self.exercise.id}: {self.status}>"
 
 
-# ---- the plugin side: runs inside the pytest subprocess ------------------------------------
-
-_STUBS: dict[tuple[str, str], str | None] = {}  # (nodeid, phase) -> stub's exercise id
-
-def _log(event: dict) -> None:
-    path = os.environ.get("CPCOURSE_GRADE_LOG")
-    if path:
-        with open(path, "a") as f:
-            f.write(json.dumps(event) + "\n")
-
-
-def pytest_collection_finish(session):
-    for item in session.items:
-        mark = item.get_closest_marker("ex")
-        if mark and mark.args:
-            _log({"event": "collected", "nodeid": item.nodeid, "ex": mark.args[0]})
-
-
-def pytest_runtest_logstart(nodeid, location):
-    _log({"event": "start", "nodeid": nodeid})
-
-
-def pytest_runtest_makereport(item, call):
-    """Note on the report whether the test died of an untouched stub (any exercise's)."""
-    if call.excinfo is not None:
-        _STUBS[(item.nodeid, call.when)] = stub_error_id(call.excinfo.value)
-
-
-def pytest_runtest_logreport(report):
-    if report.when != "call" and report.outcome == "passed":
-        return
-    crash = getattr(report.longrepr, "reprcrash", None)
-    message = crash.message if crash is not None else report.longreprtext
-    if report.skipped and isinstance(report.longrepr, tuple):
-        message = str(report.longrepr[-1])
-    stub = _STUBS.pop((report.nodeid, report.when), None)
-    _log({"event": "report", "nodeid": report.nodeid, "when": report.when,
-          "outcome": report.outcome, "message": message[:2000], "stub": stub,
-          "seconds": report.duration})
-
-
 # ---- the caller side ---------------------------------------------------------------------
 
 @dataclass
@@ -159,7 +117,7 @@ def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) ->
     # An exercise whose marker no file shows still runs over all of tests/graded ("no tests").
     files = gradecache.graded_files(ids, root) if ids else []
     where = [str(f.relative_to(root)) for f in files] or ["tests/graded"]
-    cmd = [sys.executable, "-m", "pytest", *where, "-p", "cpcourse.course.grading",
+    cmd = [sys.executable, "-m", "pytest", *where, "-p", "cpcourse.course.gradeplugin",
            "-p", "no:cacheprovider", "-q", "--no-header", "-rN", "--impl", impl]
     for ex_id in ids or []:
         cmd += ["--ex", ex_id]
