@@ -39,11 +39,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.fixed_costs import (  # noqa: F401  (vae_* re-exported for callers)
-    fixed_seconds,
-    vae_decode_flops,
-    vae_flops_table,
-)
+from cpcourse.fixed_costs import fixed_seconds
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
 from cpcourse.tokens import facts, get_model

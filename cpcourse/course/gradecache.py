@@ -10,7 +10,7 @@ pytest (and, for the multi-process exercises, ranks). An edit to any of those fi
 fingerprint and the record no longer applies. Only passes are kept: a failure is always run again,
 since the learner is about to change something. `check(id, rerun=True)` ignores the record.
 
-Every pytest session over tests/graded writes it (tests/conftest.py calls `record_session`): a
+Every pytest session over tests/graded writes it (tests/conftest.py makes a `SessionRecorder`): a
 `check()`, and `make test`, whose notebooks then find their solutions' checks already graded.
 An exercise is recorded only when every file that marks it was collected, none of its tests was
 deselected, all of them passed, and nothing was edited while they ran. The record lives in

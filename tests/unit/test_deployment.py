@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse.deployment import (
-    MERGE_BYTES_PER_ELEMENT,
-    all_reduces_per_forward,
-    cost,
+from cpcourse.deployment import MERGE_BYTES_PER_ELEMENT, all_reduces_per_forward, cost
+from cpcourse.fixed_costs import (
+    measured_share,
     vae_decode_flops,
     vae_flops_table,
+    vae_measurements,
+    vae_share,
 )
-from cpcourse.fixed_costs import measured_share, vae_measurements, vae_share
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
 from cpcourse.plan import plan, validate, validity
