@@ -99,7 +99,18 @@ def _usp_elements(batch: int, heads: int, head_dim: int, lens: list[int], layout
     return ulysses, ring_elems
 
 
-def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4) -> dict:
+def _ring_bytes(calls: int, elems: int, ring: int, elem_bytes: int, steps) -> int:
+    """Ring bytes per step of `calls` ring calls per step, each sending `elems` K/V elements
+    in ring - 1 messages; every call after the group's first two adds a flag per message."""
+    flags = ring - 1 if ring > 1 else 0
+    if steps is None:
+        return calls * (elems + flags) * elem_bytes
+    total = steps * calls * elems + max(0, steps * calls - 2) * flags
+    return total * elem_bytes // steps
+
+
+def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4,
+                             steps: int | None = None) -> dict:
     """Bytes global `rank` sends per denoising step on each mesh dim, predicted from the code.
 
     cfg: a DiTConfig; shape: the whole latent `[B, C, T, Hl, Wl]`; layout: a
@@ -108,6 +119,9 @@ def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4)
     MLP ends in one tp all-reduce of `[B_loc, T_r, S, hidden]` (counted as a ring all-reduce,
     2 (T - 1) / T of the buffer); the cfg dim all-gathers the prediction `[B, T_r, S, C p p]`
     once. Equal to what `count_bytes` measures, byte for byte (tests/dist/test_mesh.py).
+    The ring's messages carry one more element, the "shapes changed" flag, on every call but a
+    group's first two (which agree shapes instead, `cpcourse.ring`): `steps` averages over a run
+    of that many steps as the run does (total // steps); None gives a step of a long run.
     """
     from cpcourse.tensor_parallel import all_reduces_per_step
 
@@ -128,6 +142,6 @@ def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4)
     tp_t = layout.tp
     return {"cfg": (b * frames[cp_rank] * s * c * cfg.patch ** 2 * elem_bytes
                     if layout.cfg == 2 else 0),
-            "ring": cfg.depth * r_el * elem_bytes,
+            "ring": _ring_bytes(cfg.depth, r_el, layout.ring, elem_bytes, steps),
             "ulysses": cfg.depth * u_el * elem_bytes,
             "tp": all_reduces_per_step(cfg) * (2 * (tp_t - 1) * payload // tp_t)}

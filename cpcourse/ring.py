@@ -17,12 +17,15 @@ Modes (all give the same result up to rounding):
     "allgather" all-gather every K/V shard up front (padded to the longest shard), then one
                 attention call over the whole sequence: Llama 3's choice, P x the K/V memory
 Before any transfer the ranks all-gather their shapes and dtypes (`cpcourse.dist.agree`), so
-inputs that disagree raise the same InputError on every rank instead of hanging.
+inputs that disagree raise the same InputError on every rank instead of hanging. While shapes
+stay the same from call to call, the ring skips that all-gather and flags changes in its own
+messages instead (see `ring_attention`).
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -113,45 +116,66 @@ def _wait(reqs: list, step: int, dst: int, src: int) -> None:
                 req.wait()
 
 
-def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
-    """The ring proper: P steps, K and V packed `[2, B, H, L, D]` so each hop is one message."""
-    b, h, _, d = q.shape
+def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats, stale=None,
+          spec=None):
+    """The ring proper: P steps, K and V packed `[2, B, H, L, D]` so each hop is one message.
+
+    Returns (out, clean). With `stale` None the shapes were agreed just now: clean is True.
+    Otherwise the call runs on the group's last agreement (`spec` = its B, H, D and dtype) and
+    every message carries one more element, its owner's flag "my shapes changed since then"
+    (`stale`). A stale rank sends zeros of the agreed size and computes nothing. Every block
+    passes every rank, so after the last hop every rank has seen every flag, and all of them
+    return clean = False together when any flag was up (the caller then agrees and reruns).
+    """
+    flagged = stale is not None
+    b, h, d, dtype = spec if flagged else (q.shape[0], q.shape[1], q.shape[3], k.dtype)
     dst = global_rank(group, (rank + 1) % world)
     src = global_rank(group, (rank - 1) % world)
     # Two flat buffers used in turn: step s receives into bufs[s % 2] while it computes on the
     # other. The local block starts in bufs[1]; its send is complete before step 1 reuses it.
     # So a rank holds two K/V blocks, never P of them.
-    size = 2 * b * h * max(kv_lens) * d
-    bufs = [k.new_empty(size), k.new_empty(size)]
-    cur = bufs[1][: 2 * k.numel()].view(2, *k.shape)
-    cur[0].copy_(k)
-    cur[1].copy_(v)
+    size = 2 * b * h * max(kv_lens) * d + flagged
+    bufs = [torch.empty(size, dtype=dtype, device=k.device) for _ in range(2)]
+
+    def view(buf, n):  # (K/V block, the message that carries it, its flag slot)
+        m = 2 * b * h * n * d
+        return buf[:m].view(2, b, h, n, d), buf[:m + flagged], buf[m:m + flagged]
+
+    cur, msg, flag = view(bufs[1], kv_lens[rank])
+    if stale:  # this rank's K/V may not even fit the agreed shape: send zeros, flagged
+        cur.zero_()
+    else:
+        cur[0].copy_(k)
+        cur[1].copy_(v)
+    if flagged:
+        flag.fill_(float(stale))
+        seen = flag.to(torch.float32, copy=True)  # a copy: the buffer is received into again
     out = lse = None
     for step in range(world):
         block = (rank - step) % world  # whose K/V this rank holds now
         t0 = time.perf_counter()
         reqs, nxt = [], None
         if step < world - 1:
-            n = kv_lens[(block - 1) % world]
-            nxt = bufs[step % 2][: 2 * b * h * n * d].view(2, b, h, n, d)
+            nxt, nmsg, nflag = view(bufs[step % 2], kv_lens[(block - 1) % world])
             if overlap:
-                reqs = _exchange(cur, nxt, dst, src, group, step)
+                reqs = _exchange(msg, nmsg, dst, src, group, step)
         t1 = time.perf_counter()
-        o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
-        if out is None:
-            out, lse = o.to(accumulator_dtype(o.dtype)), l_
-        else:
-            _fold(out, lse, o, l_)
-        del o, l_  # the block's output is folded in: do not hold it through the next step
+        if not stale:
+            o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
+            if out is None:
+                out, lse = o.to(accumulator_dtype(o.dtype)), l_
+            else:
+                _fold(out, lse, o, l_)
+            del o, l_  # the block's output is folded in: do not hold it through the next step
         if stats is not None:
-            _sync(q)
+            _sync(cur)
         t2 = time.perf_counter()
         if nxt is not None and not overlap:
-            reqs = _exchange(cur, nxt, dst, src, group, step)
+            reqs = _exchange(msg, nmsg, dst, src, group, step)
         _wait(reqs, step, dst, src)
-        if stats is not None:
-            _sync(q)
-            elem = q.element_size()
+        if stats is not None and not stale:  # a stale rank's q may not even be 4-d
+            _sync(cur)
+            elem = cur.element_size()
             stats.append({
                 "step": step, "rank": rank, "kv_block": block, "q_tokens": q.shape[2],
                 "kv_tokens": cur.shape[3], "compute_s": t2 - t1,
@@ -159,8 +183,12 @@ def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats):
                 "bytes_sent": cur.numel() * elem if nxt is not None else 0,
                 "bytes_recv": nxt.numel() * elem if nxt is not None else 0})
         if nxt is not None:
-            cur = nxt
-    return out
+            if flagged:
+                seen += nflag.float()  # read before step + 2 receives into this buffer again
+            cur, msg = nxt, nmsg
+    if not flagged:
+        return out, True
+    return out, not stale and not bool(seen.item())
 
 
 def _allgather(q, k, v, kv_lens, rank, world, group, scale, stats):
@@ -190,6 +218,37 @@ def _allgather(q, k, v, kv_lens, rank, world, group, scale, stats):
     return out
 
 
+@dataclass
+class _Agreement:
+    """A group's last shape agreement. Every field is the same on every rank of the group
+    except `sig` (this rank's own), because each is set only from what all ranks saw."""
+    sig: tuple          # this rank's q, k, v dtypes and shapes (q's length left out)
+    shapes: dict        # every rank's shapes, as `agree` returned them
+    kv_lens: list[int]
+    spec: tuple         # B, H, D and dtype of every K/V block
+    confirmed: bool     # the agreement before this one found the same shapes and dtype
+
+
+_AGREED: dict = {}  # group -> _Agreement; holds the group object, so no id is reused
+
+
+def _signature(q, k, v) -> tuple:
+    return (q.dtype, k.dtype, v.dtype, tuple(q.shape[:2]) + tuple(q.shape[3:]), q.dim(),
+            tuple(k.shape), tuple(v.shape))
+
+
+def _agree(q, k, v, group, mode: str) -> list[int]:
+    """Agree shapes with every rank (one all-gather), check them, remember the agreement."""
+    shapes = agree(group, q=q, k=k, v=v)
+    kv_lens = _check(q, k, v, shapes, mode)
+    key = group if group is not None else dist.group.WORLD
+    last = _AGREED.get(key)
+    _AGREED[key] = _Agreement(
+        _signature(q, k, v), shapes, kv_lens, (*k.shape[:2], k.shape[3], k.dtype),
+        confirmed=last is not None and last.shapes == shapes and last.spec[3] == k.dtype)
+    return kv_lens
+
+
 def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None,
                    lens: list[int] | None = None):
     """Attention of this rank's queries over the whole (sharded) sequence's keys and values.
@@ -199,19 +258,40 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     equal to rows of `softmax(q_all k_all^T * scale) v_all`. scale defaults to 1/sqrt(D).
     mode: "overlap" | "blocking" | "allgather" (see the module docstring). Pass a list as `stats`
     to get one record per ring step: kv_block, tokens, compute_s, comm_s (time spent in
-    communication calls: the exposed part when overlapped), bytes_sent, bytes_recv.
-    Must be called by every rank of `group` (default: the whole world). `lens`: every rank's
-    K/V shard length, when the caller already knows them (a model's CP hooks do): the call then
-    skips its shape agreement (an all-gather), so a caller that passes wrong lens on one rank
-    gets a timeout, not the agreement's clear error. Leave it None unless you measured the
-    difference matters (`cpcourse bench ring --small`).
+    communication calls: the exposed part when overlapped), bytes_sent, bytes_recv (K/V bytes;
+    a call on a remembered agreement sends one more element per message, its flag).
+    Must be called by every rank of `group` (default: the whole world).
+
+    Shapes are agreed (an all-gather) only while they change: once two agreements in a row
+    found the same shapes, later ring calls run on the remembered one and each K/V message
+    carries a "my shapes changed" flag; a raised flag makes every rank agree again and rerun,
+    so a rank that changes shape alone gets the same InputError on every rank as before.
+    `lens`: every rank's K/V shard length, when the caller already knows them (a model's CP
+    hooks do): no agreement and no flag, so a caller that passes wrong lens on one rank gets a
+    timeout, not the agreement's clear error.
     """
     rank, world = require_group(group, "ring_attention")
     forward_only("ring_attention", q, k, v)
-    if lens is None:
-        kv_lens = _check(q, k, v, agree(group, q=q, k=k, v=v), mode)
-    else:  # the caller vouches for every rank's shard lengths: no agreement call
+    require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
+    require(all(isinstance(t, torch.Tensor) for t in (q, k, v)),
+            f"q, k, v must be tensors [B, H, L, D], got "
+            f"{[type(t).__name__ for t in (q, k, v)]}")
+    if lens is not None:  # the caller vouches for every rank's shard lengths
         kv_lens = _check_known(q, k, v, lens, rank, world, mode)
+    elif world == 1:  # nothing to agree with
+        kv_lens = _check(q, k, v, {"k": [tuple(k.shape)], "v": [tuple(v.shape)]}, mode)
+    else:
+        last = _AGREED.get(group if group is not None else dist.group.WORLD)
+        if last is not None and last.confirmed and mode != "allgather":
+            mark = len(stats) if stats is not None else 0
+            out, clean = _ring(q, k, v, last.kv_lens, rank, world, group, scale,
+                               mode == "overlap", stats, stale=_signature(q, k, v) != last.sig,
+                               spec=last.spec)
+            if clean:
+                return out.to(q.dtype)
+            if stats is not None:
+                del stats[mark:]  # the flagged attempt's steps: its result is dropped
+        kv_lens = _agree(q, k, v, group, mode)
     if world == 1 or mode == "allgather":
         if world == 1:
             t0 = time.perf_counter()
@@ -223,5 +303,5 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
                               "comm_s": 0.0, "bytes_sent": 0, "bytes_recv": 0})
             return out
         return _allgather(q, k, v, kv_lens, rank, world, group, scale, stats)
-    out = _ring(q, k, v, kv_lens, rank, world, group, scale, mode == "overlap", stats)
+    out, _ = _ring(q, k, v, kv_lens, rank, world, group, scale, mode == "overlap", stats)
     return out.to(q.dtype)

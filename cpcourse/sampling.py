@@ -165,7 +165,7 @@ def generate_mesh_rank(spec: dict) -> dict:
             "peak_bytes": peak, "step_seconds": times, "bytes_per_step": measured,
             "bytes_total": sent.total,
             "predicted_bytes_per_step": predicted_bytes_per_step(
-                cfg, spec["shape"], layout, rank, noise.element_size())}
+                cfg, spec["shape"], layout, rank, noise.element_size(), steps=steps)}
 
 
 def mesh_shards(results: list[dict]) -> list[dict]:

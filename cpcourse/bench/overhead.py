@@ -9,9 +9,11 @@ thousands of times. On 2 ranks with one thread each, for shards of 64, 256 and 1
 over one rank's keys), and the ring's parts alone: the shape agreement (`cpcourse.dist.agree`),
 one merge (the ring's in-place fold, `cpcourse.ring._fold`) and one heartbeat
 (`cpcourse.dist.tracked` enter and exit).
-`ratio` = ring / (2 x one block): 1.0 would be a ring with no overhead at all. With
-`lens=` a caller that already knows every rank's shard lengths (a model's CP hooks do) skips the
-agreement; that variant is measured too.
+`ratio` = ring / (2 x one block): 1.0 would be a ring with no overhead at all. The ring agrees
+shapes only while they change (then each K/V message carries a one-element "changed" flag), so
+in a run of same-shape calls `agree_s` is what it no longer pays. With `lens=` a caller that
+already knows every rank's shard lengths (a model's CP hooks do) skips agreement and flag; that
+variant is measured too.
 """
 
 from __future__ import annotations

@@ -92,6 +92,7 @@ def cp_cases(cases):
     except InputError as exc:
         rows.append({"case": "mismatch", "method": "overlap", "error": str(exc)})
     rows += _grad_refusals(world)
+    rows += _remembered_agreement(world)
     try:  # lens that contradict this rank's own k are refused before any transfer
         ring_attention(q, q, q, lens=[q.shape[2] + 1] * world)
         rows.append({"case": "bad_lens", "method": "overlap", "error": None})
@@ -133,6 +134,55 @@ def _grad_refusals(world: int) -> list[dict]:
             rows.append({"case": "grad", "method": what, "error": str(exc)})
         with torch.no_grad():
             call()  # the same call without grad mode runs
+    return rows
+
+
+def _remembered_agreement(world: int) -> list[dict]:
+    """Calls that run on the group's remembered agreement (no all-gather), and every way a shape
+    change can meet them: each row is one call's error against float64, its error message, and
+    how many agreements (all-gathers) it made."""
+    import torch.distributed as dist
+
+    import cpcourse.ring as ring
+    from cpcourse.attention import reference_attention
+    from cpcourse.dist import shard
+    from cpcourse.support.errors import InputError
+
+    rank = dist.get_rank()
+    agreements = []
+    real = ring.agree
+    ring.agree = lambda *a, **kw: agreements.append(1) or real(*a, **kw)
+
+    def call(name, total, heads=2, d=8, dtype=torch.float32, alone=None, mode="overlap"):
+        whole = [x.to(dtype).double() for x in _whole(1, heads, total, total, d, len(name))]
+        mine = [shard(x, rank, world).to(dtype) for x in whole]
+        if alone is not None and rank == world - 1:  # this rank alone changes its inputs
+            mine = [alone(x) for x in mine]
+        before, stats = len(agreements), []
+        try:
+            out = ring.ring_attention(*mine, mode=mode, stats=stats)
+            want = shard(reference_attention(*whole)[0], rank, world)
+            if alone is not None:  # the keys changed on one rank: no reference here
+                want = out.double()
+            row = {"max_err": float((out.double() - want).abs().max()) if out.numel() else 0.0,
+                   "steps": len(stats), "error": None}
+        except InputError as exc:
+            row = {"error": str(exc)}
+        return {"case": "remembered", "method": "remembered", "name": name,
+                "agreements": len(agreements) - before, **row}
+
+    rows = [call(f"steady{i}", 4 * world + 1) for i in range(4)]
+    rows.append(call("blocking", 4 * world + 1, mode="blocking"))
+    if world > 1:  # one rank alone changes: heads, dtype, then its K/V length
+        rows.append(call("heads_alone", 4 * world + 1, alone=lambda x: x.repeat(1, 2, 1, 1)))
+        rows.append(call("dtype_alone", 4 * world + 1, alone=lambda x: x.double()))
+        rows.append(call("length_alone", 4 * world + 1, alone=lambda x: x[:, :, :1]))
+    rows.append(call("after_errors", 4 * world + 1))
+    rows.append(call("all_longer", 6 * world + 5))
+    rows += [call(f"alternate{i}", (4, 7)[i % 2] * world + 1) for i in range(4)]
+    rows += [call(f"few_tokens{i}", max(1, world - 1)) for i in range(3)]  # a rank holds none
+    rows.append(call("bf16", 3 * world + 2, dtype=torch.bfloat16))
+    ring.agree = real
     return rows
 
 
@@ -240,6 +290,33 @@ def test_without_a_process_group_the_error_says_how_to_start_one():
     for fn in (ring_attention, ulysses_attention):
         with pytest.raises(InputError, match="needs an initialised process group.*%%torchrun"):
             fn(q, q, q)
+
+
+def test_a_remembered_agreement_gives_the_same_answers_and_errors(world_rows):
+    """Shapes are agreed while they change, then remembered; a rank that changes alone raises
+    the same error on every rank as a fresh agreement does, and the group goes on working."""
+    world, _, results = world_rows
+    for rank, rows in enumerate(results):
+        by = {r["name"]: r for r in rows if r["case"] == "remembered"}
+        for name, row in by.items():
+            if name in ("heads_alone", "dtype_alone"):
+                assert row["error"] and "differs across ranks" in row["error"], (rank, row)
+            elif name == "length_alone":  # a valid change (shards may differ in length)
+                assert row["error"] is None and row["steps"] == world, (rank, row)
+            else:
+                tol = TOL["bfloat16"] if name == "bf16" else TOL["float32"]
+                assert row["error"] is None and row["max_err"] < tol, (world, rank, row)
+                assert row["steps"] == world, row  # a dropped flagged attempt leaves no steps
+        # a new shape is agreed twice (the second confirms it), then remembered
+        if world == 1:  # nothing to agree with
+            assert {r["agreements"] for r in by.values()} == {0}
+        else:
+            assert [by[f"steady{i}"]["agreements"] for i in range(4)] == [1, 1, 0, 0]
+            assert by["blocking"]["agreements"] == 0
+            assert by["length_alone"]["agreements"] == 1  # the flag, then one agreement
+            assert by["all_longer"]["agreements"] == 1
+            # shapes that keep changing are agreed once per call, as without the memory
+            assert [by[f"alternate{i}"]["agreements"] for i in range(4)] == [1, 1, 1, 1]
 
 
 def test_lens_that_contradict_the_local_shard_are_refused(world_rows):
