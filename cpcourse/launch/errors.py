@@ -183,8 +183,10 @@ def _read_json(path: str):
 
 def _exit_codes(torchrun_log: str) -> dict[int, int]:
     """rank -> exit code from torchrun's failure summary ("rank : 1 ... exitcode : -11")."""
-    pairs = re.findall(r"rank\s*:\s*(\d+)[^\n]*\n(?:[^\n]*\n)*?\s*exitcode\s*:\s*(-?\d+)",
-                       torchrun_log)
+    # Line-anchored, rank then exitcode on the next line: a looser pattern paired an earlier
+    # "rank : 0" in the log with rank 1's exit code.
+    pairs = re.findall(r"^\s*rank\s*:\s*(\d+)[^\n]*\n\s*exitcode\s*:\s*(-?\d+)",
+                       torchrun_log, flags=re.M)
     return {int(r): int(c) for r, c in pairs}
 
 
@@ -216,7 +218,8 @@ def rank_death(run_dir: str, nproc: int, torchrun_log: str = "") -> RankError | 
     if not dead:
         return None
     codes = _exit_codes(torchrun_log)
-    r = min(dead, key=lambda x: (codes.get(x) is None, x))
+    # torchrun ends the survivors of a failure with SIGTERM: those deaths are echoes
+    r = min(dead, key=lambda x: (codes.get(x) is None, codes.get(x) == -signal.SIGTERM, x))
     try:
         with open(os.path.join(run_dir, f"rank{r}.stack")) as fh:
             stack_text = fh.read()

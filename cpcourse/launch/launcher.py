@@ -52,7 +52,10 @@ from cpcourse.support.errors import positive_float, positive_int, require
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86_400.0  # a day: longer is no wall-clock limit at all
 MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
-_ERROR_GRACE_S = 0.5  # after the first failing rank, time for the others to report theirs
+# After the first failing rank, time for the others to report theirs and for torchrun to stop
+# its workers and print its failure summary: the only place a rank that died without raising
+# (os._exit, a signal) has its exit code. torchrun normally exits well within it.
+_ERROR_WAIT_S = 3.5
 
 
 def check_nproc(nproc, flag: str = "nproc") -> int:
@@ -235,8 +238,8 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
             if sum(f.endswith(".pkl") and f.startswith("rank") for f in names) == nproc and (
                     not any(proctree.alive(p) for p in rank_procs(run_dir, nproc))):
                 break  # every rank returned and exited: torchrun's own teardown is not needed
-            if first_error_at is not None and now - first_error_at > _ERROR_GRACE_S:
-                break
+            if first_error_at is not None and now - first_error_at > _ERROR_WAIT_S:
+                break  # torchrun did not end its failed workers by itself: end them
             if proc.poll() is not None and not any(proctree.alive(p) for p in noted):
                 break  # only an unnoted process still holds the pipe: end_tree finds it
             if running_since is None and sum(f.endswith(".started") for f in names) == nproc:

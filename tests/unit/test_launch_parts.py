@@ -236,3 +236,48 @@ def test_a_one_rank_torchrun_world_runs_the_target_in_this_process(torchrun_env,
     finally:
         if dist.is_initialized():  # a failure leaves the group (a peer may be inside it)
             dist.destroy_process_group()
+
+
+_TORCHRUN_SUMMARY = """\
+[W1202 02:13:54] rank: 0 sending SIGTERM to the workers (local_rank: 0)
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+cpcourse.launch.entry FAILED
+------------------------------------------------------------
+Failures:
+[1]:
+  time      : 2026-12-02_02:13:54
+  host      : localhost
+  rank      : 1 (local_rank: 1)
+  exitcode  : 3 (pid: 27255)
+  error_file: <N/A>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-12-02_02:13:54
+  host      : localhost
+  rank      : 0 (local_rank: 0)
+  exitcode  : -11 (pid: 27254)
+  error_file: <N/A>
+============================================================
+"""
+
+
+def test_torchruns_summary_gives_each_rank_its_own_exit_code():
+    """A log line mentioning "rank: 0" before the summary must not steal rank 1's code."""
+    from cpcourse.launch.errors import _exit_codes
+
+    assert _exit_codes(_TORCHRUN_SUMMARY) == {1: 3, 0: -11}
+
+
+def test_the_rank_torchrun_ended_with_sigterm_is_not_blamed(tmp_path):
+    """Rank 1 segfaults; torchrun then ends rank 0 with SIGTERM. Both are dead with exit codes,
+    and the one to name is rank 1, not the lower-numbered echo."""
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no longer runs
+    for r in (0, 1):
+        (tmp_path / f"rank{r}.pid").write_text(str(dead.pid))
+    log = _TORCHRUN_SUMMARY.replace("exitcode  : 3", "exitcode  : -11").replace(
+        "exitcode  : -11 (pid: 27254)", "exitcode  : -15 (pid: 27254)")
+    err = E.rank_death(str(tmp_path), 2, log)
+    assert err.rank == 1 and "SIGSEGV" in err.summary(), err.summary()
