@@ -155,6 +155,12 @@ def links() -> dict[str, Link]:
                         "16 GT/s x16 128b/130b; efficiency measured GPU to GPU: "
                         + p2p["source"] + "; NCCL itself models Gen4 x16 at "
                         f"{p2p['nccl_model_GBps']:g} GB/s (" + p2p["nccl_model_source"] + ")")
+    host = lk["pcie4_x16"]["without_p2p"]
+    out["pcie4-host"] = Link("pcie4-host", "PCIe Gen4 x16 through host memory (no GPU P2P)",
+                             lk["pcie4_x16"]["GBps_per_dir"],
+                             host["ring_GBps"] / lk["pcie4_x16"]["GBps_per_dir"],
+                             "NCCL's own ring figure for a stock 8x RTX 4090 box: "
+                             + host["source"])
     out["pcie5"] = Link("pcie5", "PCIe Gen5 x16", lk["pcie5_x16"]["GBps_per_dir"], pcie_eff,
                         "32 GT/s x16 128b/130b; H200 H2D 55.4 GB/s measured (ml-engineering)")
     out["ib-ndr"] = Link("ib-ndr", "InfiniBand NDR 400 (1 NIC per GPU)",

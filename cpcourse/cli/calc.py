@@ -58,7 +58,8 @@ def add_parsers(sub) -> None:
     c.add_argument("--heads", type=int)
     c.add_argument("--head-dim", type=int)
     c.add_argument("--dtype", default="bf16")
-    c.add_argument("--link", help="nvlink3, nvlink4, nvlink5, pcie4, pcie5, ib-ndr, ib-hdr")
+    c.add_argument("--link",
+                   help="nvlink3, nvlink4, nvlink5, pcie4, pcie4-host, pcie5, ib-ndr, ib-hdr")
     c.add_argument("--bandwidth", type=float, help="GB/s per direction (instead of --link)")
     c.add_argument("--link-efficiency", type=float)
     c.add_argument("--gpu", default="h100")

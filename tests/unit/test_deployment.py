@@ -62,7 +62,7 @@ def test_ring_crosses_infiniband_only_when_wider_than_a_node():
     assert two_nodes["links"] == {"ulysses": "nvlink4", "ring": "ib-ndr", "tp": None, "cfg": None,
                                   "fsdp": None}
     assert _c(WAN, "cfg=2,ulysses=4", per_node=4)["links"]["cfg"] == "ib-ndr"
-    assert _c(WAN, "ring=8", gpu="rtx4090")["links"]["ring"] == "pcie4"  # no NVLink there
+    assert _c(WAN, "ring=8", gpu="rtx4090")["links"]["ring"] == "pcie4-host"  # no NVLink, no P2P
 
 
 def test_tp_all_reduces_as_the_blocks_have_them():

@@ -42,11 +42,22 @@ def test_pcie_only_gpus_have_no_nvlink():
     nvlinks = {lk for lk in hardware.links() if lk.startswith("nvlink")}
     for gid in PCIE_ONLY:
         g, e = hardware.get_gpu(gid), _entry(gid)
-        assert g.nvlink is None and g.intra_link == "pcie4"
+        # GeForce cards have no GPU P2P: their transfers go through host memory
+        assert g.nvlink is None and g.intra_link == ("pcie4-host" if gid in ("rtx4090", "4090")
+                                                     else "pcie4")
         assert g.intra_link not in nvlinks
         assert e["nvlink_gen"] is None and e["nvlink_links"] == 0
         assert e["nvlink_GBps_per_dir"] == 0 and e["nvlink_GBps_bidir"] == 0
     assert hardware.get_link("pcie4").gbps_per_direction == 31.5
+
+
+def test_a_geforce_box_without_p2p_runs_at_nccls_own_figure():
+    """Stock RTX 4090s have no GPU peer-to-peer: NCCL stages through host memory, and its own
+    topology search on such a box settles on one ring channel at 5 GB/s (nccl-tests #307)."""
+    link = hardware.get_link(hardware.get_gpu("rtx4090").intra_link)
+    assert link.id == "pcie4-host" and abs(link.effective_gbps - 5.0) < 1e-9
+    assert "nccl-tests issue #307" in link.source
+    assert link.effective_gbps < hardware.get_link("pcie4").effective_gbps / 4
 
 
 def test_h800_and_a800_nvlink_is_400_both_ways():
