@@ -21,7 +21,7 @@ from cpcourse.deployment import cost
 from cpcourse.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.mesh import Layout, layouts
 from cpcourse.support.errors import InputError, positive_int, require
-from cpcourse.tokens import get_model, model_tokens, published_runs
+from cpcourse.tokens import get_model, holdout_runs, model_tokens, published_runs
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 
@@ -169,11 +169,11 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     return out
 
 
-def validate() -> dict:
-    """Predict every published run; the ratio per row, the median and worst |ratio - 1|, and
-    per table the speedup from its fewest to its most GPUs, predicted against published."""
+def _predict(runs: list[dict]) -> dict:
+    """Each run predicted with its own layout, GPU and steps: rows with the ratio, the median
+    and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs."""
     rows = []
-    for r in published_runs()["runs"]:
+    for r in runs:
         fsdp = r["gpus"] > 1 and "dit_fsdp" in (r.get("notes") or "")  # as the run was made
         p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
                  steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=fsdp,
@@ -193,5 +193,14 @@ def validate() -> dict:
         speedups[name] = {"gpus": [lo["gpus"], hi["gpus"]], "published": pub, "predicted": pred,
                           "ratio": pred / pub}
     return {"rows": rows, "median_abs_rel_error": statistics.median(errors),
-            "worst_abs_rel_error": max(errors), "speedups": speedups,
-            "about": published_runs()["about"]}
+            "worst_abs_rel_error": max(errors), "speedups": speedups}
+
+
+def validate() -> dict:
+    """Predict every published run of the validation set (`published_runs`), and separately
+    the held-out runs (`holdout_runs`, key "holdout", the same fields): the ratio per row, the
+    median and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs,
+    predicted against published."""
+    held = holdout_runs()
+    return {**_predict(published_runs()["runs"]), "about": published_runs()["about"],
+            "holdout": {**_predict(held["runs"]), "about": held["about"]}}

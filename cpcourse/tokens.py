@@ -37,6 +37,14 @@ def published_runs() -> dict:
     return json.loads(text)
 
 
+def holdout_runs() -> dict:
+    """Published runs in `published_runs`' format that the course found later and keeps out of
+    the validation set, to check that the planner carries over (xDiT's HunyuanVideo 960x960
+    table); each notes which code ran it and where a time repeats another table's."""
+    text = resources.files("cpcourse").joinpath("data/published_runs_holdout.json").read_text()
+    return json.loads(text)
+
+
 @dataclass(frozen=True)
 class FrameRule:
     """How a VAE turns F pixel frames into latent frames.

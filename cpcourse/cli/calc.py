@@ -196,14 +196,18 @@ def _validate_cmd(args):
             raise InputError(f"--validate predicts the published runs as they were made: drop "
                              f"--{flag}")
     d = plan.validate()
-    lines = [f"{'table':28s} {'GPUs':>4}  {'published s':>11}  {'predicted s':>11}  ratio"]
-    lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "
-              f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}" for r in d["rows"]]
-    lines.append(f"median |predicted / published - 1| = {d['median_abs_rel_error']:.1%}, worst "
-                 f"{d['worst_abs_rel_error']:.1%}")
-    lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
-              f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x"
-              for name, v in d["speedups"].items()]
+    lines = []
+    for title, part in (("validation set", d), ("held out (not used to build the planner)",
+                                                d["holdout"])):
+        lines += [title + ":", f"{'table':28s} {'GPUs':>4}  {'published s':>11}  "
+                  f"{'predicted s':>11}  ratio"]
+        lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "
+                  f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}" for r in part["rows"]]
+        lines.append(f"median |predicted / published - 1| = {part['median_abs_rel_error']:.1%}, "
+                     f"worst {part['worst_abs_rel_error']:.1%}")
+        lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
+                  f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x"
+                  for name, v in part["speedups"].items()]
     return d, "\n".join(lines)
 
 

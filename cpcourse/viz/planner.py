@@ -67,10 +67,13 @@ def _gpu_of(table: str) -> str:
     return {"4090": "rtx4090"}.get(table.rsplit("-", 1)[-1], table.rsplit("-", 1)[-1])
 
 
-def validation_figure(v: dict, ncols: int = 4) -> Figure:
+def validation_figure(v: dict, ncols: int = 4,
+                      title: str = "Every published run beside cpcourse plan's prediction",
+                      ) -> Figure:
     """One panel per table of `validate()`: published (black) and predicted (blue) seconds for
     one video against the GPU count, log-log, with perfect scaling of the published one-GPU time
-    (grey) for scale, and each prediction's ratio to the published time written beside it."""
+    (grey) for scale, and each prediction's ratio to the published time written beside it.
+    `v` may also be `validate()["holdout"]` (the same keys)."""
     groups = tables(v)
     nrows = -(-len(groups) // ncols)
     fig = Figure(figsize=(3.2 * ncols, 2.9 * nrows + 0.6), layout="constrained")
@@ -97,7 +100,7 @@ def validation_figure(v: dict, ncols: int = 4) -> Figure:
         ax.yaxis.set_major_formatter(lambda y, _: f"{y:,.0f} s")
         ax.set_xlim(gpus[0] / 1.3, gpus[-1] * 1.6)
         ax.grid(True, alpha=0.3)
-        model = name.split("-720p")[0].split("-480p")[0]
+        model = name.rsplit("-", 2)[0]  # tables are named model-resolution-gpu
         gpu_name = get_gpu(_gpu_of(name)).name.removeprefix("NVIDIA ")
         ax.set_title(f"{model}, {name.rsplit('-', 2)[-2]}\n{gpu_name}", fontsize=8)
         ax.set_xlabel("GPUs", fontsize=8)
@@ -111,9 +114,9 @@ def validation_figure(v: dict, ncols: int = 4) -> Figure:
     fig.legend(handles, ["published", "predicted (ratio to published beside it)",
                          "published fewest-GPU time / P: perfect scaling"],
                loc="outside lower center", ncols=3, fontsize=8)
-    fig.suptitle(f"Every published run beside cpcourse plan's prediction: median |predicted / "
-                 f"published - 1| = {v['median_abs_rel_error']:.1%}, worst "
-                 f"{v['worst_abs_rel_error']:.1%}", fontsize=10)
+    fig.suptitle(f"{title}: median |predicted / published - 1| = "
+                 f"{v['median_abs_rel_error']:.1%}, worst {v['worst_abs_rel_error']:.1%}",
+                 fontsize=10)
     return fig
 
 

@@ -64,6 +64,17 @@ def test_one_panel_per_table_and_the_errors_in_the_title(v):
             [rows[0]["published_s"] * rows[0]["gpus"] / r["gpus"] for r in rows])
 
 
+def test_the_held_out_runs_draw_with_their_own_title(v):
+    held = v["holdout"]
+    fig = vp.validation_figure(held, ncols=3, title="Held out")
+    drawn = _points(fig)
+    assert len(drawn) == 2 * len(held["rows"])
+    assert fig._suptitle.get_text().startswith("Held out: ")
+    assert f"{held['worst_abs_rel_error']:.1%}" in fig._suptitle.get_text()
+    titles = [ax.get_title() for ax in fig.axes if ax.axison and ax.get_lines()]
+    assert all(t.startswith("hunyuanvideo, 960x960") for t in titles), titles
+
+
 def test_amdahl_and_the_serial_part():
     t1, serial = 1000.0, 40.0
     for p in (2, 4, 8, 64):
