@@ -25,12 +25,13 @@ messages instead (see `ring_attention`).
 from __future__ import annotations
 
 import time
+import weakref
 from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from cpcourse.attention import accumulator_dtype, attention_with_lse
+from cpcourse.attention import _scale, accumulator_dtype, attention_with_lse
 from cpcourse.dist import (
     agree,
     all_gather_single,
@@ -229,7 +230,9 @@ class _Agreement:
     confirmed: bool     # the agreement before this one found the same shapes and dtype
 
 
-_AGREED: dict = {}  # group -> _Agreement; holds the group object, so no id is reused
+# group -> _Agreement. Weak keys: a destroyed group's entry (and its sockets) goes with it, and
+# a ProcessGroup hashes by identity, so a new group never finds an old group's agreement.
+_AGREED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _signature(q, k, v) -> tuple:
@@ -276,6 +279,8 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     require(all(isinstance(t, torch.Tensor) for t in (q, k, v)),
             f"q, k, v must be tensors [B, H, L, D], got "
             f"{[type(t).__name__ for t in (q, k, v)]}")
+    if scale is not None:  # before any transfer: a rank must not fail alone mid-ring
+        scale = _scale(q, scale)
     if lens is not None:  # the caller vouches for every rank's shard lengths
         kv_lens = _check_known(q, k, v, lens, rank, world, mode)
     elif world == 1:  # nothing to agree with
@@ -283,14 +288,16 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     else:
         last = _AGREED.get(group if group is not None else dist.group.WORLD)
         if last is not None and last.confirmed and mode != "allgather":
-            mark = len(stats) if stats is not None else 0
-            out, clean = _ring(q, k, v, last.kv_lens, rank, world, group, scale,
-                               mode == "overlap", stats, stale=_signature(q, k, v) != last.sig,
-                               spec=last.spec)
+            mark, clean = len(stats) if stats is not None else 0, False
+            try:
+                out, clean = _ring(q, k, v, last.kv_lens, rank, world, group, scale,
+                                   mode == "overlap", stats,
+                                   stale=_signature(q, k, v) != last.sig, spec=last.spec)
+            finally:
+                if stats is not None and not clean:
+                    del stats[mark:]  # a dropped or failed attempt leaves no steps behind
             if clean:
                 return out.to(q.dtype)
-            if stats is not None:
-                del stats[mark:]  # the flagged attempt's steps: its result is dropped
         kv_lens = _agree(q, k, v, group, mode)
     if world == 1 or mode == "allgather":
         if world == 1:

@@ -183,6 +183,31 @@ def _remembered_agreement(world: int) -> list[dict]:
     rows += [call(f"few_tokens{i}", max(1, world - 1)) for i in range(3)]  # a rank holds none
     rows.append(call("bf16", 3 * world + 2, dtype=torch.bfloat16))
     ring.agree = real
+    if world > 1:  # a bad scale with one rank changed alone: refused before any transfer
+        q = torch.randn(1, 2, 4, 8)
+        for mode in ("overlap", "blocking"):
+            for _ in range(3):
+                ring.ring_attention(q, q, q, mode=mode)
+            kv = q[:, :, :3] if rank == world - 1 else q
+            try:
+                ring.ring_attention(q, kv, kv, mode=mode, scale=float("nan"))
+                error = None
+            except InputError as exc:
+                error = str(exc)
+            out = ring.ring_attention(q, q, q, mode=mode)  # the group still works
+            rows.append({"case": "remembered", "method": "remembered", "name": f"nan_{mode}",
+                         "bad_scale_error": error, "next_ok": out.shape == q.shape})
+    # A destroyed group's remembered agreement goes with it (it held the group's sockets open)
+    import gc
+    for _ in range(3):
+        g = dist.new_group(list(range(world)))
+        for _ in range(3):
+            ring.ring_attention(torch.randn(1, 1, 2, 4), *[torch.randn(1, 1, 2, 4)] * 2, group=g)
+        dist.destroy_process_group(g)
+        del g
+    gc.collect()
+    rows.append({"case": "remembered", "method": "remembered", "name": "groups_kept",
+                 "count": sum(1 for key in ring._AGREED.keys() if key is not dist.group.WORLD)})
     return rows
 
 
@@ -298,6 +323,11 @@ def test_a_remembered_agreement_gives_the_same_answers_and_errors(world_rows):
     world, _, results = world_rows
     for rank, rows in enumerate(results):
         by = {r["name"]: r for r in rows if r["case"] == "remembered"}
+        assert by.pop("groups_kept")["count"] == 0, "a destroyed group is still remembered"
+        for mode in ("overlap", "blocking") if world > 1 else ():
+            row = by.pop(f"nan_{mode}")
+            assert row["bad_scale_error"] and "scale must be finite" in row["bad_scale_error"]
+            assert row["next_ok"], row
         for name, row in by.items():
             if name in ("heads_alone", "dtype_alone"):
                 assert row["error"] and "differs across ranks" in row["error"], (rank, row)
