@@ -30,6 +30,7 @@ The peak is the largest phase; it falls as 1/P because every term is per local t
 from __future__ import annotations
 
 from cpcourse.dist import shard_sizes
+from cpcourse.ring import AGREED_CALLS
 from cpcourse.support.errors import require
 
 
@@ -105,7 +106,7 @@ def _ring_bytes(calls: int, elems: int, ring: int, elem_bytes: int, steps) -> in
     flags = ring - 1 if ring > 1 else 0
     if steps is None:
         return calls * (elems + flags) * elem_bytes
-    total = steps * calls * elems + max(0, steps * calls - 2) * flags
+    total = steps * calls * elems + max(0, steps * calls - AGREED_CALLS) * flags
     return total * elem_bytes // steps
 
 

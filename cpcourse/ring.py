@@ -46,8 +46,8 @@ MODES = ("overlap", "blocking", "allgather")
 
 
 def _check(q, k, v, shapes: dict, mode: str) -> list[int]:
-    """Checks that give the same answer on every rank (after `agree`); returns K/V lengths."""
-    require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
+    """Checks that give the same answer on every rank (after `agree`); returns K/V lengths.
+    (`ring_attention` has checked `mode` before any transfer.)"""
     require(q.dim() == 4, f"q, k, v must be [B, H, L, D] shards, got q of shape {tuple(q.shape)}")
     require(k.dtype == q.dtype and v.dtype == q.dtype and q.dtype.is_floating_point,
             f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
@@ -233,6 +233,9 @@ class _Agreement:
 # group -> _Agreement. Weak keys: a destroyed group's entry (and its sockets) goes with it, and
 # a ProcessGroup hashes by identity, so a new group never finds an old group's agreement.
 _AGREED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# So a group's first AGREED_CALLS ring calls of one shape agree (the second confirms the
+# first); later ones carry the flag. `cpcourse.dit_costs` counts the flag bytes from this.
+AGREED_CALLS = 2
 
 
 def _signature(q, k, v) -> tuple:
@@ -245,10 +248,9 @@ def _agree(q, k, v, group, mode: str) -> list[int]:
     shapes = agree(group, q=q, k=k, v=v)
     kv_lens = _check(q, k, v, shapes, mode)
     key = group if group is not None else dist.group.WORLD
-    last = _AGREED.get(key)
-    _AGREED[key] = _Agreement(
-        _signature(q, k, v), shapes, kv_lens, (*k.shape[:2], k.shape[3], k.dtype),
-        confirmed=last is not None and last.shapes == shapes and last.spec[3] == k.dtype)
+    last, spec = _AGREED.get(key), (*k.shape[:2], k.shape[3], k.dtype)
+    _AGREED[key] = _Agreement(_signature(q, k, v), shapes, kv_lens, spec, confirmed=(
+        last is not None and last.shapes == shapes and last.spec == spec))
     return kv_lens
 
 
