@@ -77,17 +77,21 @@ def main(src: str, dest: str, cell_timeout: float = 120.0) -> dict:
     for attempt in (1, 2):
         nb = nbformat.read(src, as_version=4)
         client = PollingClient(nb, timeout=cell_timeout, kernel_name="python3",
-                               startup_timeout=180,
+                               startup_timeout=90,
                                resources={"metadata": {"path": str(Path(src).parent)}})
         try:
             client.execute()
         except CellExecutionError:
             pass
         except Exception as exc:  # a kernel that died or timed out: report, do not hide
-            # A kernel that dies before its first reply ran no cell: two kernels started at
-            # the same moment (both modes run in parallel) can race for the same ports. One
-            # fresh start; a kernel that cannot start twice is reported.
-            if attempt == 1 and "before replying to kernel_info" in str(exc):
+            # A kernel that dies or stays silent before its first reply ran no cell: two
+            # kernels started at the same moment (both modes run in parallel) can race for the
+            # same ports (CI once saw a kernel silent for the whole startup_timeout). One fresh
+            # start; a kernel that cannot start twice is reported.
+            started = any(c.get("execution_count") for c in nb.cells if c.cell_type == "code")
+            if attempt == 1 and not started and (
+                    "before replying to kernel_info" in str(exc)
+                    or "Kernel didn't respond" in str(exc)):
                 continue
             error = {"cell": None, "ename": type(exc).__name__, "evalue": str(exc)[:2000],
                      "source": "", "traceback": ""}
