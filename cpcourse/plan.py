@@ -169,9 +169,24 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     return out
 
 
+def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(s, w) of the least-squares fit t = s + w / P to (P, seconds) points of one table: the
+    part of a run that did not shrink with the GPUs, and the part that did. What published
+    times imply, measured nowhere; with two points it is the exact split."""
+    require(len({p for p, _ in points}) >= 2,
+            "two GPU counts are needed to split a time into a serial and a parallel part")
+    xs, ts = [1 / p for p, _ in points], [t for _, t in points]
+    mx, mt = statistics.fmean(xs), statistics.fmean(ts)
+    cov = sum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True))
+    w = cov / sum((x - mx) ** 2 for x in xs)
+    return mt - w * mx, w
+
+
 def _predict(runs: list[dict]) -> dict:
     """Each run predicted with its own layout, GPU and steps: rows with the ratio, the median
-    and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs."""
+    and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs beside
+    the serial part its published times imply (`amdahl_fit`) and the one the model charges
+    (its fixed costs)."""
     rows = []
     for r in runs:
         fsdp = r["gpus"] > 1 and "dit_fsdp" in (r.get("notes") or "")  # as the run was made
@@ -181,7 +196,7 @@ def _predict(runs: list[dict]) -> dict:
         rows.append({"table": r["table"], "gpus": r["gpus"], "layout": r["layout"],
                      "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
                      "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
-                     "fsdp": fsdp, "notes": r.get("notes")})
+                     "fsdp": fsdp, "fixed_s": p["seconds_fixed"], "notes": r.get("notes")})
     errors = [abs(row["ratio"] - 1) for row in rows]
     tables = {}
     for row in rows:
@@ -190,8 +205,10 @@ def _predict(runs: list[dict]) -> dict:
     for name, rs in tables.items():
         lo, hi = min(rs, key=lambda x: x["gpus"]), max(rs, key=lambda x: x["gpus"])
         pub, pred = lo["published_s"] / hi["published_s"], lo["predicted_s"] / hi["predicted_s"]
+        serial, _ = amdahl_fit([(x["gpus"], x["published_s"]) for x in rs])
         speedups[name] = {"gpus": [lo["gpus"], hi["gpus"]], "published": pub, "predicted": pred,
-                          "ratio": pred / pub}
+                          "ratio": pred / pub, "serial_implied_s": serial,
+                          "serial_model_s": lo["fixed_s"]}
     return {"rows": rows, "median_abs_rel_error": statistics.median(errors),
             "worst_abs_rel_error": max(errors), "speedups": speedups}
 

@@ -206,7 +206,9 @@ def _validate_cmd(args):
         lines.append(f"median |predicted / published - 1| = {part['median_abs_rel_error']:.1%}, "
                      f"worst {part['worst_abs_rel_error']:.1%}")
         lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
-                  f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x"
+                  f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x; what did not shrink "
+                  f"with the GPUs: {v['serial_implied_s']:.0f} s by the runs, "
+                  f"{v['serial_model_s']:.0f} s of fixed costs in the model"
                   for name, v in part["speedups"].items()]
     return d, "\n".join(lines)
 

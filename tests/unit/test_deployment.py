@@ -6,6 +6,7 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from cpcourse.deployment import MERGE_BYTES_PER_ELEMENT, all_reduces_per_forward, cost
@@ -150,6 +151,26 @@ def test_validation_reports_every_published_run():
     assert v["median_abs_rel_error"] < 0.2  # the bar for the median
     assert set(v["speedups"]) == {r["table"] for r in v["rows"]}
     assert v["worst_abs_rel_error"] <= 0.4  # the bar for every row
+
+
+def test_amdahl_fit_splits_a_time_into_serial_and_parallel():
+    from cpcourse.plan import amdahl_fit
+
+    pts = [(p, 40.0 + 1000.0 / p) for p in (1, 2, 3, 8)]
+    assert amdahl_fit(pts) == pytest.approx((40.0, 1000.0))
+    # two points: the exact split, s = (p t_p - t_1) / (p - 1)
+    assert amdahl_fit([(1, 900.0), (4, 300.0)])[0] == pytest.approx((4 * 300 - 900) / 3)
+    with pytest.raises(InputError, match="two GPU counts"):
+        amdahl_fit([(4, 10.0), (4, 11.0)])
+
+
+def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs():
+    v = validate()
+    for name, sp in v["speedups"].items():
+        rs = [r for r in v["rows"] if r["table"] == name]
+        w, s = np.polyfit([1 / r["gpus"] for r in rs], [r["published_s"] for r in rs], 1)
+        assert sp["serial_implied_s"] == pytest.approx(s)
+        assert sp["serial_model_s"] == pytest.approx(rs[0]["fixed_s"]) and sp["serial_model_s"] > 0
 
 
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():
