@@ -95,8 +95,9 @@ def _why(best: dict, other: dict) -> str:
 def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
-         fsdp: bool = False) -> dict:
-    """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes."""
+         fsdp: bool = False, track: bool = True) -> dict:
+    """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes,
+    with (`track`) the model's `track_record` on the published runs nearest to it."""
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
@@ -117,6 +118,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
             "kernel": kernel, "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
             "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp)}
+    if track:
+        head["track_record"] = track_record(m.id, g.id)
     if layout is not None:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
         if lay.world != gpus:
@@ -192,8 +195,9 @@ def _predict(runs: list[dict]) -> dict:
         fsdp = r["gpus"] > 1 and "dit_fsdp" in (r.get("notes") or "")  # as the run was made
         p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
                  steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=fsdp,
-                 layout=Layout(**r["layout"]))
-        rows.append({"table": r["table"], "gpus": r["gpus"], "layout": r["layout"],
+                 layout=Layout(**r["layout"]), track=False)
+        rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
+                     "gpus": r["gpus"], "layout": r["layout"],
                      "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
                      "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
                      "fsdp": fsdp, "fixed_s": p["seconds_fixed"], "notes": r.get("notes")})
@@ -221,3 +225,31 @@ def validate() -> dict:
     held = holdout_runs()
     return {**_predict(published_runs()["runs"]), "about": published_runs()["about"],
             "holdout": {**_predict(held["runs"]), "about": held["about"]}}
+
+
+def track_record(model_id: str, gpu_id: str) -> dict:
+    """How far off the model was on the published runs nearest to a plan: those of this model
+    on this GPU, else of this model on any GPU (validation set and held-out runs alike). Not a
+    correction (nothing here changes a prediction): the error bars an engineer reads beside
+    one. Keys: scope, tables, runs, ratio_min, ratio_max (predicted / published), speedups
+    (per table: published, predicted) and serial (per table: implied by the runs, charged by
+    the model, in seconds)."""
+    v = validate()
+    rows = v["rows"] + v["holdout"]["rows"]
+    speedups = {**v["speedups"], **v["holdout"]["speedups"]}
+    gpu_id = get_gpu(gpu_id).id
+    scope, near = "this model on this GPU", [
+        r for r in rows if r["model"] == model_id and get_gpu(r["gpu"]).id == gpu_id]
+    if not near:
+        scope, near = "this model on other GPUs", [r for r in rows if r["model"] == model_id]
+    if not near:
+        return {"scope": "no published run of this model", "tables": [], "runs": 0,
+                "ratio_min": None, "ratio_max": None, "speedups": {}, "serial": {}}
+    tables = sorted({r["table"] for r in near})
+    return {"scope": scope, "tables": tables, "runs": len(near),
+            "ratio_min": min(r["ratio"] for r in near),
+            "ratio_max": max(r["ratio"] for r in near),
+            "speedups": {t: {"gpus": speedups[t]["gpus"], "published": speedups[t]["published"],
+                             "predicted": speedups[t]["predicted"]} for t in tables},
+            "serial": {t: {"implied_s": speedups[t]["serial_implied_s"],
+                           "model_s": speedups[t]["serial_model_s"]} for t in tables}}

@@ -231,7 +231,22 @@ def _plan_cmd(args):
     for r in d.get("runners_up", []):
         text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
                  f"({r['why_not']})")
-    return d, text
+    return d, text + "\n" + _track_text(d["track_record"])
+
+
+def _track_text(t: dict) -> str:
+    """One line on how far off the model was on the nearest published runs."""
+    if not t["runs"]:
+        return ("Track record: no published run of this model to check the planner against; "
+                "treat the times as unvalidated")
+    lines = [f"Track record ({t['scope']}, {t['runs']} published runs): predicted / "
+             f"published {t['ratio_min']:.2f} to {t['ratio_max']:.2f}"]
+    lines += [f"  {name}: {v['gpus'][0]} -> {v['gpus'][1]} GPUs {v['published']:.2f}x "
+              f"published, {v['predicted']:.2f}x predicted; what did not shrink with the GPUs: "
+              f"{t['serial'][name]['implied_s']:.0f} s by the runs, "
+              f"{t['serial'][name]['model_s']:.0f} s in the model"
+              for name, v in t["speedups"].items()]
+    return "\n".join(lines)
 
 
 def run(args) -> tuple[dict, str]:

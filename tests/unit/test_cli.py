@@ -53,6 +53,12 @@ def test_model_fills_dimensions(capsys):
     d = json.loads(run(capsys, "plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "8",
                        "--json")[1])
     assert d["cfg_parallel"] * d["tp"] * d["cp"] == 8 and d["reasoning"]
+    assert d["track_record"]["runs"] == 0  # nothing published for Cosmos: said, not hidden
+    text = run(capsys, "plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "8")[1]
+    assert "no published run of this model" in text
+    text = run(capsys, "plan", "--model", "hunyuanvideo-13b", "--gpus", "8", "--gpu", "h100")[1]
+    assert "Track record (this model on this GPU, 8 published runs)" in text
+    assert "hunyuanvideo-720p-h100: 1 -> 8 GPUs 5.64x published" in text
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -173,6 +173,30 @@ def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs()
         assert sp["serial_model_s"] == pytest.approx(rs[0]["fixed_s"]) and sp["serial_model_s"] > 0
 
 
+def test_a_plan_carries_the_models_track_record_on_the_nearest_published_runs():
+    from cpcourse.plan import track_record
+
+    v = validate()
+    rows = v["rows"] + v["holdout"]["rows"]
+    # HunyuanVideo on H100: both H100 tables (validation and held out), nothing else
+    t = plan(HY, gpus=8, gpu="h100")["track_record"]
+    mine = [r for r in rows if r["model"] == HY and r["gpu"] == "h100"]
+    assert t["scope"] == "this model on this GPU" and t["runs"] == len(mine) == 8
+    assert t["tables"] == ["hunyuanvideo-720p-h100", "hunyuanvideo-960x960-h100"]
+    assert (t["ratio_min"], t["ratio_max"]) == (min(r["ratio"] for r in mine),
+                                                max(r["ratio"] for r in mine))
+    assert t["speedups"]["hunyuanvideo-720p-h100"]["published"] == pytest.approx(1904.08 / 337.58)
+    assert t["serial"]["hunyuanvideo-720p-h100"]["model_s"] == pytest.approx(
+        plan(HY, gpus=1, gpu="h100")["seconds_fixed"])
+    # Wan 14B was published on H20, A800 and H800, not on the H100: those tables stand in
+    t = track_record(WAN, "h100")
+    assert t["scope"] == "this model on other GPUs" and len(t["tables"]) == 3
+    # a model with no published run says so, with nothing to show
+    t = track_record("cogvideox-5b", "h100")
+    assert t["runs"] == 0 and t["ratio_min"] is None and t["tables"] == []
+    assert "track_record" not in plan(HY, gpus=8, gpu="h100", track=False)
+
+
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():
     """The held-out table (found after the set was fixed) is reported on its own, with the
     same keys, each row predicted with its own layout; none of it leaks into the set's error."""
