@@ -123,3 +123,31 @@ def fixed_seconds(model_id: str, tok, gpu_id: str, matmul_rate: float, prompts: 
                if enc else 0.0}
     return {"seconds": seconds, "vae_flops": vae, "vae_share": share, "vae_source": source,
             "text_encoder": enc[1] if enc else None}
+
+
+# HunyuanVideo's own VAE (hyvideo/vae/autoencoder_kl_causal_3d.py) decodes in tiles: 32 latent
+# pixels square (sample_size 256 over its 8x spatial compression) every 24 (overlap 0.25), and
+# 16 + 1 latent frames (sample_tsize 64 over 4x) every 12.
+HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE = 32, 24, 16, 12
+
+
+def hunyuan_vae_mask_rows(latent_frames: int, latent_height: int, latent_width: int) -> int:
+    """Rows that HunyuanVideo's own tiled decode fills one by one in a Python loop: its
+    decoder's mid-block attention builds a causal mask per tile with `for i in range(seq_len):
+    mask[i, :(i // n_hw + 1) * n_hw] = 0` (prepare_causal_attention_mask in
+    hyvideo/vae/unet_causal_3d_blocks.py), seq_len = the tile's frames x height x width in
+    latent pixels. Each row is a host-side indexing call and, on a GPU, a kernel launch: host
+    time that no GPU shortens. Counted from the tiling above; diffusers' port builds the same
+    mask without a loop."""
+    def spans(n, tile, stride):
+        return [min(tile, n - i) for i in range(0, n, stride)]
+
+    frames = [min(HY_TILE_T + 1, latent_frames - i)
+              for i in range(0, latent_frames, HY_TILE_T_STRIDE)]
+    if latent_frames <= HY_TILE_T:  # no temporal tiling below one tile
+        frames = [latent_frames]
+    tiled = latent_height > HY_TILE or latent_width > HY_TILE
+    hw = (sum(spans(latent_height, HY_TILE, HY_TILE_STRIDE))
+          * sum(spans(latent_width, HY_TILE, HY_TILE_STRIDE))) if tiled else (
+        latent_height * latent_width)
+    return sum(frames) * hw

@@ -8,8 +8,9 @@ time divided by P (perfect scaling) for scale. Every point drawn is a number of 
 each artist carries a gid ("published:TABLE:GPUS", "predicted:TABLE:GPUS") so a test reads them
 back.
 
-`serial_seconds` and `amdahl_speedup` are Amdahl's law for a run whose time is a part that
-does not shrink with P plus a part that divides by P: what a serial term does to a speedup.
+`amdahl_speedup` is Amdahl's law for a run whose time is a part that does not shrink with P
+plus a part that divides by P: what a serial term does to a speedup (`cpcourse.plan.amdahl_fit`
+finds the two parts in a published table).
 
 `STEP_VIDEO_XDIT_H20` holds figures xDiT publishes for Step-Video-T2V 30B (quoted, so typed on
 purpose, with their source); the planner's own numbers for the same layouts come from `plan`.
@@ -21,7 +22,6 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator
 
 from cpcourse.hardware import get_gpu
-from cpcourse.support.errors import require
 
 # xdit-project/xDiT docs/performance/stepvideo.md, "Nvidia H20 Cluster (8xNVLink)": latency and
 # memory usage per GPU count and parallel type (SP = ulysses_degree). The page states neither
@@ -40,13 +40,6 @@ STEP_VIDEO_XDIT_H20 = {
         {"gpus": 8, "layout": "ulysses=8", "latency_s": 30.10, "memory_MB": 79_684},
     ],
 }
-
-
-def serial_seconds(t1: float, tp: float, p: int) -> float:
-    """The serial part s of a run taking t1 seconds on 1 GPU and tp on p, if it is s + w / p:
-    s = (p tp - t1) / (p - 1). What a table implies, not a measurement of anything."""
-    require(p > 1, f"two GPU counts are needed to split a time in two parts, got p = {p}")
-    return (p * tp - t1) / (p - 1)
 
 
 def amdahl_speedup(t1: float, serial: float, p: float) -> float:

@@ -216,6 +216,18 @@ def test_held_out_runs_are_predicted_apart_from_the_validation_set():
     assert v["holdout"]["worst_abs_rel_error"] == errors[-1]
 
 
+def test_hunyuan_vae_mask_rows_by_hand():
+    from cpcourse.fixed_costs import hunyuan_vae_mask_rows as rows
+
+    # 720p, 129 frames: latent 33 x 90 x 160. Temporal tiles start at 0, 12, 24 (17, 17, 9
+    # frames); spatial tiles start every 24: heights 32, 32, 32, 18; widths six 32s and a 16
+    assert rows(33, 90, 160) == (17 + 17 + 9) * (32 * 3 + 18) * (32 * 6 + 16) == 1_019_616
+    assert rows(5, 20, 20) == 5 * 20 * 20  # one tile, no tiling at all
+    assert rows(16, 32, 32) == 16 * 32 * 32  # exactly one tile: still untiled
+    # 20 frames: tiles at 0 and 12 (17 and 8 frames); 33 columns: tiles of 32 and 9
+    assert rows(20, 32, 33) == (17 + 8) * (32 + 8) * (32 + 9)
+
+
 def test_vae_flops_file_is_what_diffusers_counts():
     tools = Path(__file__).resolve().parents[2] / "tools"
     sys.path.insert(0, str(tools))

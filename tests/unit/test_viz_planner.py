@@ -76,15 +76,17 @@ def test_the_held_out_runs_draw_with_their_own_title(v):
 
 
 def test_amdahl_and_the_serial_part():
+    from cpcourse.plan import amdahl_fit
+
     t1, serial = 1000.0, 40.0
     for p in (2, 4, 8, 64):
         tp = serial + (t1 - serial) / p
-        assert vp.serial_seconds(t1, tp, p) == pytest.approx(serial)
+        assert amdahl_fit([(1, t1), (p, tp)])[0] == pytest.approx(serial)
         assert vp.amdahl_speedup(t1, serial, p) == pytest.approx(t1 / tp)
     assert vp.amdahl_speedup(t1, serial, math.inf) == pytest.approx(t1 / serial)
     assert vp.amdahl_speedup(t1, 0.0, 8) == pytest.approx(8)
     with pytest.raises(InputError):
-        vp.serial_seconds(t1, t1, 1)
+        amdahl_fit([(1, t1)])
 
 
 def test_step_video_quote_is_sourced_and_parses():
