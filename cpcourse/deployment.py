@@ -32,7 +32,9 @@ published decode times show (10-16%, not the matmul rate); the text encoder's 2 
 FLOPs per prompt. They are serial: no published run's code divides them over its GPUs.
 Memory per GPU: weights (all experts of an MoE resident) / T, or / W plus one gathered layer
 under FSDP; the residual stream n x hidden (TP does not divide it), the per-head tensors
-n x (3 hidden + ffn) / T, the ring's two K/V buffers, the all-to-all's buffers.
+n x (3 hidden + ffn) / T, the ring's two K/V buffers, the all-to-all's buffers; and the rest of
+the pipeline, phase by phase (`cpcourse.pipeline_memory`): the text encoder, the VAE and its
+decode's working set. `per_gpu_bytes` is the largest phase on the busiest GPU.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ import math
 from cpcourse.fixed_costs import fixed_seconds
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
+from cpcourse.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.tokens import facts, get_model
 
 BYTES = 2  # bf16 weights and activations
@@ -67,7 +70,8 @@ def _link_for(span: int, gpus_per_node: int, gpu):
 
 
 def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
-         kernel: str = "fa2", fsdp: bool = False, steps: int = 50) -> dict:
+         kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
+         residency: Residency = RESIDENT) -> dict:
     """Seconds and bytes of `layout` for `tok` (a `cpcourse.tokens.TokenCount`); see above."""
     m, g, f = get_model(model_id), get_gpu(gpu_id), _facts_entry(model_id)
     eff, eff_source = kernel_efficiency(g.id, kernel)
@@ -117,16 +121,20 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
     once = fixed_seconds(m.id, tok, g.id, matmul, prompts)
     fixed = once["seconds"]
     # memory per GPU
-    weights = m.params_b * 1e9 * BYTES
+    (dit_b, _, _), dtype_source = released_bytes(m.id) if released else ((BYTES,) * 3, None)
+    weights = m.params_b * 1e9 * dit_b
+    # FSDP gathers one layer at a time in the compute dtype (bf16)
     weights_gpu = weights / world + p_block / layers * BYTES if fsdp and world > 1 else weights / t
     acts = n * (3 * h + (3 * h + m.ffn) / t) * BYTES
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
-    # the transformer's own memory: text encoder, VAE, allocator slack and the CUDA context are
-    # not counted, so `fits` says the denoising loop fits, not the whole pipeline
+    pipe = phases(m.id, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
+                  shards=world if fsdp and world > 1 else 1, released=released,
+                  residency=residency)
     memory = {"weights": int(weights_gpu), "activations": int(acts), "ring_buffers": int(ring_buf),
-              "all_to_all_buffers": int(a2a_buf)}
-    per_gpu = sum(memory.values())
+              "all_to_all_buffers": int(a2a_buf), "text_encoder": pipe["text_encoder"],
+              "vae": pipe["vae"], "vae_decode": pipe["vae_decode"]}
+    per_gpu = max(pipe["phases"].values())
     return {
         "layout": layout.as_dict(), "tokens_per_rank": n, "kernel": kernel,
         "kernel_efficiency": eff, "kernel_source": eff_source,
@@ -139,6 +147,10 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
         "per_gpu_bytes": int(per_gpu), "fits": per_gpu <= g.hbm_bytes,
         "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": cfg_s,
                       "fixed_seconds": fixed, "memory_bytes": memory,
+                      "memory_phases": pipe["phases"], "vae_decode_memory_counted":
+                      pipe["vae_decode_counted"], "released_dtypes": dtype_source,
+                      "residency": {"offload": residency.offload,
+                                    "text_encoder_cpu": residency.text_encoder_cpu},
                       "tp_all_reduces_per_forward": reduces if t > 1 else 0,
                       "vae_counted": once["vae_flops"] is not None,
                       "vae_decode_flops": once["vae_flops"], "vae_share_of_peak": once["vae_share"],

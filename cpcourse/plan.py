@@ -14,12 +14,15 @@ reasoned choice. `validate()` predicts every run of the facts' published_runs.js
 
 from __future__ import annotations
 
+import json
 import statistics
+from importlib import resources
 
 from cpcourse.costs import MAX_GPUS
 from cpcourse.deployment import cost
 from cpcourse.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.mesh import Layout, layouts
+from cpcourse.pipeline_memory import RESIDENT, Residency
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.tokens import get_model, holdout_runs, model_tokens, published_runs
 
@@ -67,12 +70,14 @@ def _legacy(c: dict) -> dict:
 
 
 def cost_layout(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
-                kernel: str, fsdp: bool, steps: int) -> dict:
+                kernel: str, fsdp: bool, steps: int, released: bool = False,
+                residency: Residency = RESIDENT) -> dict:
     """One layout: valid, reason, and (when valid) its costs."""
     reason = validity(model_id, tok, layout)
     out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
     if reason is None:
         c = cost(model_id, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
+                 released=released, residency=residency,
                  steps=steps)
         c["layers"] = get_model(model_id).layers
         out.update(c)
@@ -95,9 +100,12 @@ def _why(best: dict, other: dict) -> str:
 def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
-         fsdp: bool = False, track: bool = True) -> dict:
+         fsdp: bool = False, released: bool = False, offload: bool = False,
+         text_encoder_cpu: bool = False, track: bool = True) -> dict:
     """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes,
-    with (`track`) the model's `track_record` on the published runs nearest to it."""
+    with (`track`) the model's `track_record` on the published runs nearest to it. `released`,
+    `offload` and `text_encoder_cpu` say how the pipeline holds its memory
+    (`cpcourse.pipeline_memory`)."""
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
@@ -117,7 +125,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     args = (model_id, tok, g.id)
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
             "kernel": kernel, "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
-            "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp)}
+            "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp), "released": bool(released)}
+    how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
     if track:
         head["track_record"] = track_record(m.id, g.id)
     if layout is not None:
@@ -125,9 +134,11 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
         if lay.world != gpus:
             raise InputError(f"--layout {lay} needs {lay.world} GPUs, not --gpus {gpus}: the "
                              "degrees must multiply to the GPU count")
-        one = cost_layout(*args, lay, per_node, kernel, fsdp, steps)
-        return {**head, **one, "reasoning": [one["reason"] or f"{lay}: costed as given"]}
-    every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps)
+        one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
+        why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
+                                                     _memory_line(one, g)]
+        return {**head, **one, "reasoning": why}
+    every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
              for lay in layouts(gpus, None, cfg=m.cfg_forwards == 2)]
     valid = [c for c in every if c["valid"]]
     if not valid:
@@ -145,6 +156,18 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                         if not c["valid"]],
             "alternatives": sorted(valid, key=lambda c: c["seconds_total"]),
             "reasoning": reasons}
+
+
+def _memory_line(c: dict, g) -> str:
+    """Per GPU at the peak, which phase it is and what it holds (`cpcourse.pipeline_memory`)."""
+    ph, mem = c["breakdown"]["memory_phases"], c["breakdown"]["memory_bytes"]
+    peak = max(ph, key=ph.get)
+    parts = {"encode": ("weights", "text_encoder", "vae"),
+             "denoise": ("weights", "text_encoder", "activations", "vae"),
+             "decode": ("weights", "text_encoder", "vae_decode")}[peak]
+    held = ", ".join(f"{k.replace('_', ' ')} {mem[k] / 1e9:.1f}" for k in parts if mem[k])
+    return (f"Per GPU: {c['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB at the peak, the "
+            f"{peak} phase ({held}).")
 
 
 def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
@@ -167,8 +190,8 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     out.append(f"Largest communication term: {top} {comm[top]:.3g} s per forward"
                + (f" over {best['links'][top.split('_')[0]]}" if best["links"].get(
                    top.split("_")[0]) else "") + ".")
-    out.append(f"Per GPU: {best['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB"
-               + (" (nothing fits: add GPUs, TP or FSDP)" if none_fit else "") + ".")
+    out.append(_memory_line(best, g)
+               + (" Nothing fits: add GPUs, TP or FSDP, or offload." if none_fit else ""))
     return out
 
 
@@ -185,23 +208,47 @@ def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mt - w * mx, w
 
 
+def how_run(run: dict) -> dict:
+    """How a published run was made (data/published_runs_settings.json, each rule sourced):
+    {released, fsdp, offload, text_encoder_cpu, source}; the planner's defaults where no rule
+    covers it."""
+    rules = json.loads(resources.files("cpcourse").joinpath(
+        "data/published_runs_settings.json").read_text())["rules"]
+    many = run["gpus"] > 1
+    for rule in rules:
+        if rule["model"] == run["model"] and (rule["gpus"] == "2+") == many:
+            return {k: rule[k] for k in ("released", "fsdp", "offload", "text_encoder_cpu",
+                                         "source")}
+    return {"released": False, "fsdp": False, "offload": False, "text_encoder_cpu": False,
+            "source": None}
+
+
 def _predict(runs: list[dict]) -> dict:
-    """Each run predicted with its own layout, GPU and steps: rows with the ratio, the median
-    and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs beside
-    the serial part its published times imply (`amdahl_fit`) and the one the model charges
-    (its fixed costs)."""
+    """Each run predicted as it was made (`how_run`) with its own layout, GPU and steps: rows
+    with the ratio, the median and worst |ratio - 1|, per table the speedup from its fewest to
+    its most GPUs beside the serial part its published times imply (`amdahl_fit`) and the one
+    the model charges (its fixed costs); and, where a run's peak memory is published, the
+    predicted peak against it ("memory")."""
     rows = []
     for r in runs:
-        fsdp = r["gpus"] > 1 and "dit_fsdp" in (r.get("notes") or "")  # as the run was made
+        how = how_run(r)
         p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
-                 steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=fsdp,
-                 layout=Layout(**r["layout"]), track=False)
+                 steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
+                 released=how["released"], offload=how["offload"],
+                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"]),
+                 track=False)
+        peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
         rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
                      "gpus": r["gpus"], "layout": r["layout"],
                      "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
                      "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
-                     "fsdp": fsdp, "fixed_s": p["seconds_fixed"], "notes": r.get("notes")})
+                     "fsdp": how["fsdp"], "how": how, "fixed_s": p["seconds_fixed"],
+                     "published_peak_bytes": peak * 1e9 if peak else None,
+                     "predicted_peak_bytes": p["per_gpu_bytes"],
+                     "memory_ratio": p["per_gpu_bytes"] / (peak * 1e9) if peak else None,
+                     "notes": r.get("notes")})
     errors = [abs(row["ratio"] - 1) for row in rows]
+    mem = [abs(row["memory_ratio"] - 1) for row in rows if row["memory_ratio"]]
     tables = {}
     for row in rows:
         tables.setdefault(row["table"], []).append(row)
@@ -214,7 +261,9 @@ def _predict(runs: list[dict]) -> dict:
                           "ratio": pred / pub, "serial_implied_s": serial,
                           "serial_model_s": lo["fixed_s"]}
     return {"rows": rows, "median_abs_rel_error": statistics.median(errors),
-            "worst_abs_rel_error": max(errors), "speedups": speedups}
+            "worst_abs_rel_error": max(errors), "speedups": speedups,
+            "memory": {"runs": len(mem), "median_abs_rel_error": statistics.median(mem)
+                       if mem else None, "worst_abs_rel_error": max(mem) if mem else None}}
 
 
 def validate() -> dict:

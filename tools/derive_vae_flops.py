@@ -51,10 +51,15 @@ def derive(family: str) -> dict:
                        "config"}
 
 
+def write_families(out: Path, about: str, derive_one, families) -> None:
+    """Write {about, families: {name: derive_one(name)}} as the planner's data file `out`."""
+    data = {"about": about, "families": {f: derive_one(f) for f in families}}
+    out.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {out}")
+
+
 def main() -> None:
-    data = {"about": __doc__.split("\n")[0], "families": {f: derive(f) for f in FAMILIES}}
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {OUT}")
+    write_families(OUT, __doc__.split("\n")[0], derive, FAMILIES)
 
 
 if __name__ == "__main__":

@@ -77,7 +77,15 @@ def add_parsers(sub) -> None:
     p.add_argument("--steps", type=int, help="denoising steps (default 50)")
     p.add_argument("--kernel", default="auto", help="attention kernel: auto, fa2, fa3, sdpa")
     p.add_argument("--layout", help="cost this layout, e.g. cfg=2,ulysses=4,ring=1,tp=1")
-    p.add_argument("--fsdp", action="store_true", help="weights FSDP-sharded over all GPUs")
+    p.add_argument("--fsdp", action="store_true",
+                   help="transformer and text encoder FSDP-sharded over all GPUs")
+    p.add_argument("--released", action="store_true",
+                   help="the released code's dtypes (Wan: float32 transformer and VAE decode)")
+    p.add_argument("--offload", action="store_true",
+                   help="text encoder on the GPU only to encode, transformer off it before the "
+                        "decode (Wan's --offload_model)")
+    p.add_argument("--text-encoder-cpu", action="store_true",
+                   help="run the text encoder on the CPU (Wan's --t5_cpu)")
     p.add_argument("--validate", action="store_true",
                    help="predict every published run in the facts and report the errors")
     p.add_argument("--json", action="store_true")
@@ -205,6 +213,16 @@ def _validate_cmd(args):
                   f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}" for r in part["rows"]]
         lines.append(f"median |predicted / published - 1| = {part['median_abs_rel_error']:.1%}, "
                      f"worst {part['worst_abs_rel_error']:.1%}")
+        mem = [r for r in part["rows"] if r["memory_ratio"]]
+        if mem:
+            lines += ["peak memory per GPU, where published (GB):",
+                      f"{'table':28s} {'GPUs':>4}  {'published':>9}  {'predicted':>9}  ratio"]
+            lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_peak_bytes'] / 1e9:9.1f}"
+                      f"  {r['predicted_peak_bytes'] / 1e9:9.1f}  {r['memory_ratio']:5.2f}"
+                      for r in mem]
+            lines.append(f"median |predicted / published - 1| = "
+                         f"{part['memory']['median_abs_rel_error']:.1%}, worst "
+                         f"{part['memory']['worst_abs_rel_error']:.1%}")
         lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
                   f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x; what did not shrink "
                   f"with the GPUs: {v['serial_implied_s']:.0f} s by the runs, "
@@ -220,7 +238,8 @@ def _plan_cmd(args):
         raise InputError("plan needs --model ID and --gpus N (or --validate)")
     d = plan.plan(args.model, args.height, args.width, args.frames, args.gpus, args.gpu,
                   args.nodes, steps=args.steps, kernel=args.kernel, layout=args.layout,
-                  fsdp=args.fsdp)
+                  fsdp=args.fsdp, released=args.released, offload=args.offload,
+                  text_encoder_cpu=args.text_encoder_cpu)
     if not d["valid"]:
         return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
     text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['nodes']} node(s)): "

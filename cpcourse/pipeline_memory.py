@@ -1,0 +1,107 @@
+"""What a video pipeline holds on one GPU besides the transformer: the text encoder, the VAE and
+the VAE decode's working set, phase by phase.
+
+    cpcourse plan --model wan2.1-t2v-14b --gpus 8 --gpu h800 --layout ulysses=8 --fsdp --released
+
+A pipeline runs in three phases and a GPU's peak is the largest of them:
+    encode    the text encoder runs
+    denoise   the transformer's steps: its weights, activations and buffers (cpcourse.deployment)
+    decode    the VAE turns latents into frames: its weights and its working set, on the GPUs
+              that decode (Wan: rank 0 only; HunyuanVideo: every rank), so on the busiest GPU
+What stays on the GPU through the phases is how the pipeline is run (`Residency`):
+    resident          everything stays (diffusers' pipelines; Wan's and HunyuanVideo's
+                      multi-GPU runs)
+    offload           the text encoder comes to the GPU only to encode and the transformer leaves
+                      before the decode (Wan's --offload_model True, its default on one GPU)
+    text_encoder_cpu  the text encoder runs on the CPU (Wan's --t5_cpu)
+Under FSDP the text encoder's weights are sharded over the GPUs as the transformer's are (Wan's
+README runs --dit_fsdp with --t5_fsdp).
+Bytes per parameter: bf16 everywhere by default; `released=True` takes the released code's own
+(`RELEASED`: Wan keeps its transformer in float32 and autocasts to bf16, and decodes in float32).
+The decode's working set is derived from diffusers' VAE classes in the dtype and tiling each
+released code decodes with (tools/derive_vae_memory.py -> data/vae_decode_memory.json) and
+scaled to the dtype asked for. Not counted: the CUDA context, NCCL's buffers, the allocator's
+cache and fragmentation, which a measured peak includes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+
+from cpcourse.fixed_costs import TEXT_ENCODERS, vae_family
+
+BF16 = 2
+# bytes per parameter (transformer, text encoder, VAE) in each model's released code
+RELEASED = {
+    "wan": ((4, 2, 4), "Wan2.1: WanModel.from_pretrained keeps the float32 checkpoint (bf16 only "
+                       "under amp.autocast, wan/text2video.py); T5 in t5_dtype bfloat16 "
+                       "(wan/configs); WanVAE(dtype=torch.float)"),
+    "hunyuanvideo": ((2, 2, 2), "HunyuanVideo hyvideo/config.py: --precision bf16, "
+                                "--text-encoder-precision fp16, --vae-precision fp16"),
+}
+DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class Residency:
+    """How the pipeline is run (see the module docstring)."""
+    offload: bool = False
+    text_encoder_cpu: bool = False
+
+
+RESIDENT = Residency()  # everything stays on the GPU
+
+@lru_cache(maxsize=1)
+def _vae_memory() -> dict:
+    return json.loads(resources.files("cpcourse").joinpath(
+        "data/vae_decode_memory.json").read_text())["families"]
+
+
+def released_bytes(model_id: str) -> tuple[tuple[int, int, int], str | None]:
+    """((transformer, text encoder, VAE) bytes per parameter, source) of the released code;
+    bf16 with no source for a model whose code the course has not read."""
+    key = next((k for k in RELEASED if model_id.startswith(k)), None)
+    return RELEASED[key] if key else ((BF16, BF16, BF16), None)
+
+
+def text_encoder_params(model_id: str) -> float:
+    return next((p for k, (p, _) in TEXT_ENCODERS.items() if model_id.startswith(k)), 0.0)
+
+
+def vae_params(model_id: str) -> int:
+    fam = vae_family(model_id)
+    return _vae_memory()[fam]["params"] if fam in _vae_memory() else 0
+
+
+def decode_working_bytes(model_id: str, tok, elem_bytes: int) -> float | None:
+    """Peak bytes a decode of `tok`'s latent video holds beyond the VAE's weights, in
+    `elem_bytes`-byte elements; None when the model's VAE was not derived."""
+    fam = vae_family(model_id)
+    if fam not in _vae_memory():
+        return None
+    v = _vae_memory()[fam]
+    c = v["peak_bytes"]
+    t, hw = tok.latent_frames, tok.latent_height * tok.latent_width
+    derived = c["constant"] + c["per_frame_pixel"] * hw + c["per_video_pixel"] * t * hw
+    return derived * elem_bytes / DTYPE_BYTES[v["dtype"]]
+
+
+def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
+           released: bool, residency: Residency) -> dict:
+    """Bytes on the busiest GPU per phase, and the parts: `transformer` is its weights on one
+    GPU (already at the dtype and sharding asked for), `loop` the denoising loop's
+    activations and buffers, `shards` how many GPUs share the text encoder (FSDP) or 1."""
+    (_, te_b, vae_b), _ = released_bytes(model_id) if released else ((BF16,) * 3, None)
+    te = 0.0 if residency.text_encoder_cpu else text_encoder_params(model_id) * te_b / shards
+    vae = vae_params(model_id) * vae_b
+    work = decode_working_bytes(model_id, tok, vae_b) or 0.0
+    stays = 0.0 if residency.offload else te  # the text encoder, through the later phases
+    out = {"encode": transformer + te + vae,
+           "denoise": transformer + stays + vae + loop,
+           "decode": (0.0 if residency.offload else transformer) + stays + vae + work}
+    return {"phases": {k: int(b) for k, b in out.items()},
+            "text_encoder": int(te), "vae": int(vae), "vae_decode": int(work),
+            "vae_decode_counted": decode_working_bytes(model_id, tok, vae_b) is not None}
