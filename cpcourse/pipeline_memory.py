@@ -20,8 +20,9 @@ Bytes per parameter: bf16 everywhere by default; `released=True` takes the relea
 (`RELEASED`: Wan keeps its transformer in float32 and autocasts to bf16, and decodes in float32).
 The decode's working set is derived from diffusers' VAE classes in the dtype and tiling each
 released code decodes with (tools/derive_vae_memory.py -> data/vae_decode_memory.json) and
-scaled to the dtype asked for. Not counted: the CUDA context, NCCL's buffers, the allocator's
-cache and fragmentation, which a measured peak includes.
+scaled to the dtype asked for. A model whose text encoder or VAE the course has no size for
+counts nothing for it (`counted` says which parts were). Never counted: the CUDA context,
+NCCL's buffers, the allocator's cache and fragmentation, which a measured peak includes.
 """
 
 from __future__ import annotations
@@ -99,9 +100,14 @@ def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
     vae = vae_params(model_id) * vae_b
     work = decode_working_bytes(model_id, tok, vae_b) or 0.0
     stays = 0.0 if residency.offload else te  # the text encoder, through the later phases
-    out = {"encode": transformer + te + vae,
-           "denoise": transformer + stays + vae + loop,
-           "decode": (0.0 if residency.offload else transformer) + stays + vae + work}
-    return {"phases": {k: int(b) for k, b in out.items()},
+    parts = {"encode": {"weights": transformer, "text_encoder": te, "vae": vae},
+             "denoise": {"weights": transformer, "text_encoder": stays, "vae": vae,
+                         "loop": loop},
+             "decode": {"weights": 0.0 if residency.offload else transformer,
+                        "text_encoder": stays, "vae": vae, "vae_decode": work}}
+    return {"phases": {k: int(sum(v.values())) for k, v in parts.items()},
+            "parts": {k: {n: int(b) for n, b in v.items() if b} for k, v in parts.items()},
             "text_encoder": int(te), "vae": int(vae), "vae_decode": int(work),
-            "vae_decode_counted": decode_working_bytes(model_id, tok, vae_b) is not None}
+            "counted": {"text_encoder": text_encoder_params(model_id) > 0,
+                        "vae": vae_params(model_id) > 0,
+                        "vae_decode": decode_working_bytes(model_id, tok, vae_b) is not None}}

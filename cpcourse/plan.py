@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from functools import lru_cache
 from importlib import resources
 
 from cpcourse.costs import MAX_GPUS
@@ -160,12 +161,11 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
 
 def _memory_line(c: dict, g) -> str:
     """Per GPU at the peak, which phase it is and what it holds (`cpcourse.pipeline_memory`)."""
-    ph, mem = c["breakdown"]["memory_phases"], c["breakdown"]["memory_bytes"]
+    ph = c["breakdown"]["memory_phases"]
     peak = max(ph, key=ph.get)
-    parts = {"encode": ("weights", "text_encoder", "vae"),
-             "denoise": ("weights", "text_encoder", "activations", "vae"),
-             "decode": ("weights", "text_encoder", "vae_decode")}[peak]
-    held = ", ".join(f"{k.replace('_', ' ')} {mem[k] / 1e9:.1f}" for k in parts if mem[k])
+    names = {"loop": "activations and buffers"}
+    held = ", ".join(f"{names.get(k, k.replace('_', ' '))} {b / 1e9:.1f}"
+                     for k, b in c["breakdown"]["memory_phase_parts"][peak].items())
     return (f"Per GPU: {c['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB at the peak, the "
             f"{peak} phase ({held}).")
 
@@ -208,14 +208,22 @@ def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mt - w * mx, w
 
 
+@lru_cache(maxsize=1)
+def _settings_rules() -> list[dict]:
+    rules = json.loads(resources.files("cpcourse").joinpath(
+        "data/published_runs_settings.json").read_text())["rules"]
+    for rule in rules:
+        require(rule["gpus"] in ("1", "2+"), f"published_runs_settings.json: a rule's gpus is "
+                f"'1' or '2+', not {rule['gpus']!r}")
+    return rules
+
+
 def how_run(run: dict) -> dict:
     """How a published run was made (data/published_runs_settings.json, each rule sourced):
     {released, fsdp, offload, text_encoder_cpu, source}; the planner's defaults where no rule
     covers it."""
-    rules = json.loads(resources.files("cpcourse").joinpath(
-        "data/published_runs_settings.json").read_text())["rules"]
     many = run["gpus"] > 1
-    for rule in rules:
+    for rule in _settings_rules():
         if rule["model"] == run["model"] and (rule["gpus"] == "2+") == many:
             return {k: rule[k] for k in ("released", "fsdp", "offload", "text_encoder_cpu",
                                          "source")}
@@ -254,6 +262,8 @@ def _predict(runs: list[dict]) -> dict:
         tables.setdefault(row["table"], []).append(row)
     speedups = {}
     for name, rs in tables.items():
+        if len({x["gpus"] for x in rs}) < 2:
+            continue  # one GPU count: nothing to scale from
         lo, hi = min(rs, key=lambda x: x["gpus"]), max(rs, key=lambda x: x["gpus"])
         pub, pred = lo["published_s"] / hi["published_s"], lo["predicted_s"] / hi["predicted_s"]
         serial, _ = amdahl_fit([(x["gpus"], x["published_s"]) for x in rs])
@@ -294,7 +304,7 @@ def track_record(model_id: str, gpu_id: str) -> dict:
     if not near:
         return {"scope": "no published run of this model", "tables": [], "runs": 0,
                 "ratio_min": None, "ratio_max": None, "speedups": {}, "serial": {}}
-    tables = sorted({r["table"] for r in near})
+    tables = sorted({r["table"] for r in near if r["table"] in speedups})
     return {"scope": scope, "tables": tables, "runs": len(near),
             "ratio_min": min(r["ratio"] for r in near),
             "ratio_max": max(r["ratio"] for r in near),

@@ -23,16 +23,23 @@ import weakref
 from pathlib import Path
 
 OUT = Path(__file__).resolve().parents[1] / "cpcourse" / "data" / "vae_decode_memory.json"
-# family -> (diffusers class, latent channels, decode dtype, tiled, where the dtype/tiling is from)
+# family -> (diffusers class, latent channels, decode dtype, enable_tiling arguments or None for
+# an untiled decode, where the dtype and tiling are from)
 RELEASED = {
-    "wan2.1": ("AutoencoderKLWan", 16, "float32", False,
+    "wan2.1": ("AutoencoderKLWan", 16, "float32", None,
                "Wan2.1 wan/modules/vae.py: WanVAE(dtype=torch.float) decodes in float32, frame "
                "chunk by frame chunk, untiled"),
-    "hunyuanvideo": ("AutoencoderKLHunyuanVideo", 16, "float16", True,
+    "hunyuanvideo": ("AutoencoderKLHunyuanVideo", 16, "float16",
+                     {"tile_sample_min_height": 256, "tile_sample_min_width": 256,
+                      "tile_sample_stride_height": 192, "tile_sample_stride_width": 192,
+                      "tile_sample_min_num_frames": 64, "tile_sample_stride_num_frames": 48},
                      "HunyuanVideo hyvideo/config.py: --vae-precision fp16, --vae-tiling on by "
-                     "default (tiles of 256 px and 64 frames, as diffusers' enable_tiling)"),
+                     "default; hyvideo/vae/autoencoder_kl_causal_3d.py tiles 256 px every 192 "
+                     "(overlap 0.25) and 64 frames every 48 (16 + 1 latent frames every 12)"),
 }
-SHAPES = ((9, 48, 64), (17, 48, 64), (9, 64, 96))  # (T, H, W) latent: above one tile of 32
+# (T, H, W) latent: longer than one tile of 16 + 1 frames and wider than one of 32 pixels, so a
+# tiled decode tiles in every direction at all three (as real videos do)
+SHAPES = ((21, 48, 64), (33, 48, 64), (21, 64, 96))
 
 
 def live_bytes_mode():
@@ -69,7 +76,7 @@ def live_bytes_mode():
     return LiveBytes()
 
 
-def peak_bytes(cls_name: str, channels: int, dtype: str, tiled: bool,
+def peak_bytes(cls_name: str, channels: int, dtype: str, tiling: dict | None,
                shape: tuple[int, int, int]) -> int:
     """Peak bytes of live tensors created while decoding latents [1, C, T, H, W]."""
     import diffusers
@@ -79,12 +86,12 @@ def peak_bytes(cls_name: str, channels: int, dtype: str, tiled: bool,
     with torch.device("meta"):
         vae = getattr(diffusers, cls_name)().eval().to(dt)
         z = torch.empty(1, channels, *shape, dtype=dt)
-    if tiled:
-        vae.enable_tiling()
+    if tiling is not None:
+        vae.enable_tiling(**tiling)
     counter = live_bytes_mode()
-    # the CUDA kernels attend without an L x L score matrix; on meta only the math path would
-    with torch.no_grad(), torch.nn.attention.sdpa_kernel(
-            torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION), counter:
+    # on meta, attention runs PyTorch's math path and holds an L x L score matrix that CUDA's
+    # fused kernels do not: where a mid-block attention set the peak, this would overstate it
+    with torch.no_grad(), counter:
         vae.decode(z)
     return counter.peak
 
@@ -93,21 +100,21 @@ def derive(family: str) -> dict:
     import diffusers
     import numpy as np
 
-    cls_name, channels, dtype, tiled, source = RELEASED[family]
-    peaks = [peak_bytes(cls_name, channels, dtype, tiled, s) for s in SHAPES]
+    cls_name, channels, dtype, tiling, source = RELEASED[family]
+    peaks = [peak_bytes(cls_name, channels, dtype, tiling, s) for s in SHAPES]
     a, b, c = np.linalg.solve([[1, h * w, t * h * w] for t, h, w in SHAPES], peaks)
     import torch
 
     with torch.device("meta"):
         params = sum(p.numel() for p in getattr(diffusers, cls_name)().parameters())
-    return {"class": cls_name, "latent_channels": channels, "dtype": dtype, "tiled": tiled,
+    return {"class": cls_name, "latent_channels": channels, "dtype": dtype, "tiling": tiling,
             "released": source, "params": int(params),
             "peak_bytes": {"constant": float(a), "per_frame_pixel": float(b),
                            "per_video_pixel": float(c)},
             "points": [{"latent_thw": list(s), "peak_bytes": int(p)}
                        for s, p in zip(SHAPES, peaks, strict=True)],
             "derived": f"live storage bytes over {cls_name}().decode on the meta device, "
-                       f"{dtype}{', tiled' if tiled else ''}, diffusers {diffusers.__version__} "
+                       f"{dtype}{', tiled' if tiling else ''}, diffusers {diffusers.__version__} "
                        "default config"}
 
 

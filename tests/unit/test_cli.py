@@ -59,6 +59,14 @@ def test_model_fills_dimensions(capsys):
     text = run(capsys, "plan", "--model", "hunyuanvideo-13b", "--gpus", "8", "--gpu", "h100")[1]
     assert "Track record (this model on this GPU, 8 published runs)" in text
     assert "hunyuanvideo-720p-h100: 1 -> 8 GPUs 5.64x published" in text
+    # how the pipeline holds memory reaches the planner from the command line
+    d = json.loads(run(capsys, "plan", "--model", "wan2.1-t2v-1.3b", "--gpus", "1", "--gpu",
+                       "rtx4090", "--released", "--offload", "--text-encoder-cpu", "--json")[1])
+    from cpcourse.plan import plan
+
+    assert d["per_gpu_bytes"] == plan("wan2.1-t2v-1.3b", gpus=1, gpu="rtx4090", released=True,
+                                      offload=True, text_encoder_cpu=True)["per_gpu_bytes"]
+    assert d["breakdown"]["residency"] == {"offload": True, "text_encoder_cpu": True}
 
 
 @pytest.mark.parametrize("argv, words", [

@@ -66,7 +66,8 @@ def test_released_dtypes_and_what_is_not_known():
     assert decode_working_bytes("cogvideox-5b", tok, 2) is None  # not derived: not counted
     p = plan("cogvideox-5b", gpus=2, track=False)
     assert p["breakdown"]["memory_bytes"]["vae_decode"] == 0
-    assert not p["breakdown"]["vae_decode_memory_counted"]
+    assert p["breakdown"]["memory_counted"] == {"text_encoder": True, "vae": False,
+                                                "vae_decode": False}
 
 
 def test_the_plan_takes_the_largest_phase_and_the_released_dtypes():
@@ -74,6 +75,13 @@ def test_the_plan_takes_the_largest_phase_and_the_released_dtypes():
              track=False)
     ph, mem = p["breakdown"]["memory_phases"], p["breakdown"]["memory_bytes"]
     assert p["per_gpu_bytes"] == max(ph.values()) == ph["decode"]
+    for name, parts in p["breakdown"]["memory_phase_parts"].items():
+        assert sum(parts.values()) == pytest.approx(ph[name], abs=4)  # int rounding per part
+    # the plan's reasoning names the peak phase and what it holds, offloaded parts left out
+    off = plan(WAN13, 480, 832, 81, 1, "rtx4090", released=True, offload=True,
+               text_encoder_cpu=True, track=False)
+    line = next(x for x in off["reasoning"] if x.startswith("Per GPU"))
+    assert "the decode phase (vae 0.5, vae decode 8.2)" in line and "weights" not in line
     # float32 weights over 8 GPUs, plus one layer (the blocks' share) gathered in bf16
     entry = next(e for e in facts()["models"] if e["id"] == WAN)
     layer = float(entry["est_block_params_B"]) * 1e9 / 40 * 2
@@ -102,13 +110,39 @@ def test_decode_memory_file_is_what_diffusers_holds():
     from cpcourse.pipeline_memory import _vae_memory
 
     fam = _vae_memory()["wan2.1"]
-    assert peak_bytes(fam["class"], fam["latent_channels"], fam["dtype"], fam["tiled"],
+    assert peak_bytes(fam["class"], fam["latent_channels"], fam["dtype"], fam["tiling"],
                       SHAPES[0]) == fam["points"][0]["peak_bytes"]
     for pt in fam["points"]:  # the three coefficients pass through every derived point
         t, h, w = pt["latent_thw"]
         c = fam["peak_bytes"]
         assert c["constant"] + c["per_frame_pixel"] * h * w + c["per_video_pixel"] * t * h * w \
             == pytest.approx(pt["peak_bytes"])
+
+
+def test_hunyuanvideo_is_derived_with_its_own_tiles():
+    """The decode memory of HunyuanVideo is derived with the tiles its released code uses, the
+    same ones `hunyuan_vae_mask_rows` counts (8x spatial and 4x temporal compression)."""
+    sys.path.insert(0, str(TOOLS))
+    try:
+        from derive_vae_memory import RELEASED, SHAPES
+    finally:
+        sys.path.remove(str(TOOLS))
+    from cpcourse.fixed_costs import HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE
+
+    tiling = RELEASED["hunyuanvideo"][3]
+    assert (tiling["tile_sample_min_height"], tiling["tile_sample_stride_height"]) == (
+        8 * HY_TILE, 8 * HY_TILE_STRIDE)
+    assert (tiling["tile_sample_min_num_frames"], tiling["tile_sample_stride_num_frames"]) == (
+        4 * HY_TILE_T, 4 * HY_TILE_T_STRIDE)
+    assert all(t > HY_TILE_T + 1 and h > HY_TILE and w > HY_TILE for t, h, w in SHAPES)
+
+
+def test_a_table_with_one_gpu_count_has_no_speedup_and_breaks_nothing():
+    from cpcourse.plan import _predict
+
+    run = dict(published_runs()["runs"][0])
+    got = _predict([run])
+    assert got["speedups"] == {} and len(got["rows"]) == 1
 
 
 def test_runs_are_predicted_as_they_were_made():
