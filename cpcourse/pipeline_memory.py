@@ -37,9 +37,9 @@ from cpcourse.fixed_costs import TEXT_ENCODERS, vae_family
 BF16 = 2
 # bytes per parameter (transformer, text encoder, VAE) in each model's released code
 RELEASED = {
-    "wan": ((4, 2, 4), "Wan2.1: WanModel.from_pretrained keeps the float32 checkpoint (bf16 only "
-                       "under amp.autocast, wan/text2video.py); T5 in t5_dtype bfloat16 "
-                       "(wan/configs); WanVAE(dtype=torch.float)"),
+    "wan2.1": ((4, 2, 4), "Wan2.1: WanModel.from_pretrained keeps the float32 checkpoint (bf16 "
+                          "only under amp.autocast, wan/text2video.py); T5 in t5_dtype bfloat16 "
+                          "(wan/configs); WanVAE(dtype=torch.float)"),
     "hunyuanvideo": ((2, 2, 2), "HunyuanVideo hyvideo/config.py: --precision bf16, "
                                 "--text-encoder-precision fp16, --vae-precision fp16"),
 }
