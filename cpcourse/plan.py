@@ -1,23 +1,17 @@
-"""Plan a cfg x ring x ulysses x tp layout for a real model on N GPUs, and check the planner
-against published runs.
+"""Plan a cfg x ring x ulysses x tp layout for a real model on N GPUs.
 
     cpcourse plan --model hunyuanvideo-13b --height 720 --width 1280 --frames 129 --gpus 8
     cpcourse plan --model wan2.1-t2v-14b --gpus 8 --gpu h800 --layout ulysses=8 --json
-    cpcourse plan --validate --json
 
 Every layout of the GPUs (`cpcourse.mesh.layouts`) is checked against the model's rules (heads
 divisible by ulysses x tp, one forward per step for a guidance-distilled model, HunyuanVideo's
 split of the latent height or else width) and costed by `cpcourse.deployment.cost`. The fastest
 valid layout that fits wins; layouts within 2% of it are named as a tie, never explained as a
-reasoned choice. `validate()` predicts every run of the facts' published_runs.json.
+reasoned choice. Every answer carries the model's track record on the nearest published runs
+(`cpcourse.validation`, which checks the planner against them: `cpcourse plan --validate`).
 """
 
 from __future__ import annotations
-
-import json
-import statistics
-from functools import lru_cache
-from importlib import resources
 
 from cpcourse.costs import MAX_GPUS
 from cpcourse.deployment import cost
@@ -25,7 +19,7 @@ from cpcourse.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.mesh import Layout, layouts
 from cpcourse.pipeline_memory import RESIDENT, Residency
 from cpcourse.support.errors import InputError, positive_int, require
-from cpcourse.tokens import get_model, holdout_runs, model_tokens, published_runs
+from cpcourse.tokens import get_model, model_tokens
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 
@@ -129,6 +123,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
             "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp), "released": bool(released)}
     how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
     if track:
+        from cpcourse.validation import track_record  # validation calls plan: import late
+
         head["track_record"] = track_record(m.id, g.id)
     if layout is not None:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
@@ -195,120 +191,11 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     return out
 
 
-def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
-    """(s, w) of the least-squares fit t = s + w / P to (P, seconds) points of one table: the
-    part of a run that did not shrink with the GPUs, and the part that did. What published
-    times imply, measured nowhere; with two points it is the exact split."""
-    require(len({p for p, _ in points}) >= 2,
-            "two GPU counts are needed to split a time into a serial and a parallel part")
-    xs, ts = [1 / p for p, _ in points], [t for _, t in points]
-    mx, mt = statistics.fmean(xs), statistics.fmean(ts)
-    cov = sum((x - mx) * (t - mt) for x, t in zip(xs, ts, strict=True))
-    w = cov / sum((x - mx) ** 2 for x in xs)
-    return mt - w * mx, w
+def __getattr__(name: str):
+    """`cpcourse.plan.validate` and its helpers live in `cpcourse.validation` (they call
+    `plan`); the old names still work."""
+    if name in ("validate", "how_run", "amdahl_fit", "track_record"):
+        from cpcourse import validation
 
-
-@lru_cache(maxsize=1)
-def _settings_rules() -> list[dict]:
-    rules = json.loads(resources.files("cpcourse").joinpath(
-        "data/published_runs_settings.json").read_text())["rules"]
-    for rule in rules:
-        require(rule["gpus"] in ("1", "2+"), f"published_runs_settings.json: a rule's gpus is "
-                f"'1' or '2+', not {rule['gpus']!r}")
-    return rules
-
-
-def how_run(run: dict) -> dict:
-    """How a published run was made (data/published_runs_settings.json, each rule sourced):
-    {released, fsdp, offload, text_encoder_cpu, source}; the planner's defaults where no rule
-    covers it."""
-    many = run["gpus"] > 1
-    for rule in _settings_rules():
-        if rule["model"] == run["model"] and (rule["gpus"] == "2+") == many:
-            return {k: rule[k] for k in ("released", "fsdp", "offload", "text_encoder_cpu",
-                                         "source")}
-    return {"released": False, "fsdp": False, "offload": False, "text_encoder_cpu": False,
-            "source": None}
-
-
-def _predict(runs: list[dict]) -> dict:
-    """Each run predicted as it was made (`how_run`) with its own layout, GPU and steps: rows
-    with the ratio, the median and worst |ratio - 1|, per table the speedup from its fewest to
-    its most GPUs beside the serial part its published times imply (`amdahl_fit`) and the one
-    the model charges (its fixed costs); and, where a run's peak memory is published, the
-    predicted peak against it ("memory")."""
-    rows = []
-    for r in runs:
-        how = how_run(r)
-        p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
-                 steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
-                 released=how["released"], offload=how["offload"],
-                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"]),
-                 track=False)
-        peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
-        rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
-                     "gpus": r["gpus"], "layout": r["layout"],
-                     "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
-                     "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
-                     "fsdp": how["fsdp"], "how": how, "fixed_s": p["seconds_fixed"],
-                     "published_peak_bytes": peak * 1e9 if peak else None,
-                     "predicted_peak_bytes": p["per_gpu_bytes"],
-                     "memory_ratio": p["per_gpu_bytes"] / (peak * 1e9) if peak else None,
-                     "notes": r.get("notes")})
-    errors = [abs(row["ratio"] - 1) for row in rows]
-    mem = [abs(row["memory_ratio"] - 1) for row in rows if row["memory_ratio"]]
-    tables = {}
-    for row in rows:
-        tables.setdefault(row["table"], []).append(row)
-    speedups = {}
-    for name, rs in tables.items():
-        if len({x["gpus"] for x in rs}) < 2:
-            continue  # one GPU count: nothing to scale from
-        lo, hi = min(rs, key=lambda x: x["gpus"]), max(rs, key=lambda x: x["gpus"])
-        pub, pred = lo["published_s"] / hi["published_s"], lo["predicted_s"] / hi["predicted_s"]
-        serial, _ = amdahl_fit([(x["gpus"], x["published_s"]) for x in rs])
-        speedups[name] = {"gpus": [lo["gpus"], hi["gpus"]], "published": pub, "predicted": pred,
-                          "ratio": pred / pub, "serial_implied_s": serial,
-                          "serial_model_s": lo["fixed_s"]}
-    return {"rows": rows, "median_abs_rel_error": statistics.median(errors),
-            "worst_abs_rel_error": max(errors), "speedups": speedups,
-            "memory": {"runs": len(mem), "median_abs_rel_error": statistics.median(mem)
-                       if mem else None, "worst_abs_rel_error": max(mem) if mem else None}}
-
-
-def validate() -> dict:
-    """Predict every published run of the validation set (`published_runs`), and separately
-    the held-out runs (`holdout_runs`, key "holdout", the same fields): the ratio per row, the
-    median and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs,
-    predicted against published."""
-    held = holdout_runs()
-    return {**_predict(published_runs()["runs"]), "about": published_runs()["about"],
-            "holdout": {**_predict(held["runs"]), "about": held["about"]}}
-
-
-def track_record(model_id: str, gpu_id: str) -> dict:
-    """How far off the model was on the published runs nearest to a plan: those of this model
-    on this GPU, else of this model on any GPU (validation set and held-out runs alike). Not a
-    correction (nothing here changes a prediction): the error bars an engineer reads beside
-    one. Keys: scope, tables, runs, ratio_min, ratio_max (predicted / published), speedups
-    (per table: published, predicted) and serial (per table: implied by the runs, charged by
-    the model, in seconds)."""
-    v = validate()
-    rows = v["rows"] + v["holdout"]["rows"]
-    speedups = {**v["speedups"], **v["holdout"]["speedups"]}
-    gpu_id = get_gpu(gpu_id).id
-    scope, near = "this model on this GPU", [
-        r for r in rows if r["model"] == model_id and get_gpu(r["gpu"]).id == gpu_id]
-    if not near:
-        scope, near = "this model on other GPUs", [r for r in rows if r["model"] == model_id]
-    if not near:
-        return {"scope": "no published run of this model", "tables": [], "runs": 0,
-                "ratio_min": None, "ratio_max": None, "speedups": {}, "serial": {}}
-    tables = sorted({r["table"] for r in near if r["table"] in speedups})
-    return {"scope": scope, "tables": tables, "runs": len(near),
-            "ratio_min": min(r["ratio"] for r in near),
-            "ratio_max": max(r["ratio"] for r in near),
-            "speedups": {t: {"gpus": speedups[t]["gpus"], "published": speedups[t]["published"],
-                             "predicted": speedups[t]["predicted"]} for t in tables},
-            "serial": {t: {"implied_s": speedups[t]["serial_implied_s"],
-                           "model_s": speedups[t]["serial_model_s"]} for t in tables}}
+        return getattr(validation, name)
+    raise AttributeError(f"module 'cpcourse.plan' has no attribute {name!r}")

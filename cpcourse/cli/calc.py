@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from cpcourse import costs, plan, tokens
+from cpcourse import costs, plan, tokens, validation
 from cpcourse.support.errors import InputError
 
 
@@ -203,7 +203,7 @@ def _validate_cmd(args):
         if getattr(args, flag) is not None:
             raise InputError(f"--validate predicts the published runs as they were made: drop "
                              f"--{flag}")
-    d = plan.validate()
+    d = validation.validate()
     lines = []
     for title, part in (("validation set", d), ("held out (not used to build the planner)",
                                                 d["holdout"])):

@@ -2,15 +2,16 @@
 
     python -m cpcourse.viz.planner artifacts   # planner_validation.png: one panel per table
 
-`validation_figure(validate())` draws, for each published table (`cpcourse.plan.validate`), the
-published seconds and the predicted seconds against the GPU count, and the published one-GPU
-time divided by P (perfect scaling) for scale. Every point drawn is a number of `validate()`;
+`validation_figure(validate())` draws, for each published table
+(`cpcourse.validation.validate`), the published seconds and the predicted seconds against the
+GPU count, and the published one-GPU time divided by P (perfect scaling) for scale. Every point
+drawn is a number of `validate()`;
 each artist carries a gid ("published:TABLE:GPUS", "predicted:TABLE:GPUS") so a test reads them
 back.
 
 `amdahl_speedup` is Amdahl's law for a run whose time is a part that does not shrink with P
-plus a part that divides by P: what a serial term does to a speedup (`cpcourse.plan.amdahl_fit`
-finds the two parts in a published table).
+plus a part that divides by P: what a serial term does to a speedup
+(`cpcourse.validation.amdahl_fit` finds the two parts in a published table).
 
 `STEP_VIDEO_XDIT_H20` holds figures xDiT publishes for Step-Video-T2V 30B (quoted, so typed on
 purpose, with their source); the planner's own numbers for the same layouts come from `plan`.
@@ -114,7 +115,7 @@ def validation_figure(v: dict, ncols: int = 4,
 
 
 if __name__ == "__main__":
-    from cpcourse.plan import validate
+    from cpcourse.validation import validate
     from cpcourse.viz import write_figures
 
     write_figures({"planner_validation": validation_figure(validate())})

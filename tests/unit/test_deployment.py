@@ -19,9 +19,10 @@ from cpcourse.fixed_costs import (
 )
 from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.mesh import Layout
-from cpcourse.plan import plan, validate, validity
+from cpcourse.plan import plan, validity
 from cpcourse.support.errors import InputError
 from cpcourse.tokens import facts, model_tokens, published_runs
+from cpcourse.validation import validate
 
 WAN, HY = "wan2.1-t2v-14b", "hunyuanvideo-13b"
 
@@ -154,7 +155,7 @@ def test_validation_reports_every_published_run():
 
 
 def test_amdahl_fit_splits_a_time_into_serial_and_parallel():
-    from cpcourse.plan import amdahl_fit
+    from cpcourse.validation import amdahl_fit
 
     pts = [(p, 40.0 + 1000.0 / p) for p in (1, 2, 3, 8)]
     assert amdahl_fit(pts) == pytest.approx((40.0, 1000.0))
@@ -174,7 +175,7 @@ def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs()
 
 
 def test_a_plan_carries_the_models_track_record_on_the_nearest_published_runs():
-    from cpcourse.plan import track_record
+    from cpcourse.validation import track_record
 
     v = validate()
     rows = v["rows"] + v["holdout"]["rows"]

@@ -15,8 +15,9 @@ from cpcourse.pipeline_memory import (
     text_encoder_params,
     vae_params,
 )
-from cpcourse.plan import how_run, plan, validate
+from cpcourse.plan import plan
 from cpcourse.tokens import facts, model_tokens, published_runs
+from cpcourse.validation import how_run, validate
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 WAN, WAN13, HY = "wan2.1-t2v-14b", "wan2.1-t2v-1.3b", "hunyuanvideo-13b"
@@ -138,7 +139,7 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
 
 
 def test_a_table_with_one_gpu_count_has_no_speedup_and_breaks_nothing():
-    from cpcourse.plan import _predict
+    from cpcourse.validation import _predict
 
     run = dict(published_runs()["runs"][0])
     got = _predict([run])
