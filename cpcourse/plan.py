@@ -7,8 +7,9 @@ Every layout of the GPUs (`cpcourse.mesh.layouts`) is checked against the model'
 divisible by ulysses x tp, one forward per step for a guidance-distilled model, HunyuanVideo's
 split of the latent height or else width) and costed by `cpcourse.deployment.cost`. The fastest
 valid layout that fits wins; layouts within 2% of it are named as a tie, never explained as a
-reasoned choice. Every answer carries the model's track record on the nearest published runs
-(`cpcourse.validation`, which checks the planner against them: `cpcourse plan --validate`).
+reasoned choice. `cpcourse.validation` checks the planner against published runs
+(`cpcourse plan --validate`) and gives its track record on the runs nearest to a plan, which
+the command line prints with every answer.
 """
 
 from __future__ import annotations
@@ -96,9 +97,9 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
          fsdp: bool = False, released: bool = False, offload: bool = False,
-         text_encoder_cpu: bool = False, track: bool = True) -> dict:
-    """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes,
-    with (`track`) the model's `track_record` on the published runs nearest to it. `released`,
+         text_encoder_cpu: bool = False) -> dict:
+    """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes
+    (`cpcourse.validation.track_record` says how far off such answers were). `released`,
     `offload` and `text_encoder_cpu` say how the pipeline holds its memory
     (`cpcourse.pipeline_memory`)."""
     m = get_model(model_id)
@@ -122,10 +123,6 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
             "kernel": kernel, "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
             "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp), "released": bool(released)}
     how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
-    if track:
-        from cpcourse.validation import track_record  # validation calls plan: import late
-
-        head["track_record"] = track_record(m.id, g.id)
     if layout is not None:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
         if lay.world != gpus:
@@ -189,13 +186,3 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     out.append(_memory_line(best, g)
                + (" Nothing fits: add GPUs, TP or FSDP, or offload." if none_fit else ""))
     return out
-
-
-def __getattr__(name: str):
-    """`cpcourse.plan.validate` and its helpers live in `cpcourse.validation` (they call
-    `plan`); the old names still work."""
-    if name in ("validate", "how_run", "amdahl_fit", "track_record"):
-        from cpcourse import validation
-
-        return getattr(validation, name)
-    raise AttributeError(f"module 'cpcourse.plan' has no attribute {name!r}")

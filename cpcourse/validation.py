@@ -7,8 +7,8 @@ run, per table the speedup and the serial part, and the published peaks beside t
 apart, the held-out runs found after it was fixed (`holdout`). `how_run` says how a run was made
 where its source says so (data/published_runs_settings.json: FSDP, offloading, the text encoder
 on the CPU, the released code's dtypes). `amdahl_fit` splits a table's times into the part that
-did not shrink with the GPUs and the part that did. `track_record` is what `plan` attaches to
-every answer: how far off the model was on the nearest published runs.
+did not shrink with the GPUs and the part that did. `track_record` is how far off the model was
+on the published runs nearest to a plan (`cpcourse plan` prints it under every answer).
 """
 
 from __future__ import annotations
@@ -73,8 +73,7 @@ def _predict(runs: list[dict]) -> dict:
         p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
                  steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
                  released=how["released"], offload=how["offload"],
-                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"]),
-                 track=False)
+                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"]))
         peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
         rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
                      "gpus": r["gpus"], "layout": r["layout"],

@@ -250,6 +250,7 @@ def _plan_cmd(args):
     for r in d.get("runners_up", []):
         text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
                  f"({r['why_not']})")
+    d["track_record"] = validation.track_record(d["model"], d["gpu"])
     return d, text + "\n" + _track_text(d["track_record"])
 
 

@@ -174,13 +174,13 @@ def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs()
         assert sp["serial_model_s"] == pytest.approx(rs[0]["fixed_s"]) and sp["serial_model_s"] > 0
 
 
-def test_a_plan_carries_the_models_track_record_on_the_nearest_published_runs():
+def test_the_track_record_is_the_nearest_published_runs():
     from cpcourse.validation import track_record
 
     v = validate()
     rows = v["rows"] + v["holdout"]["rows"]
     # HunyuanVideo on H100: both H100 tables (validation and held out), nothing else
-    t = plan(HY, gpus=8, gpu="h100")["track_record"]
+    t = track_record(HY, "h100")
     mine = [r for r in rows if r["model"] == HY and r["gpu"] == "h100"]
     assert t["scope"] == "this model on this GPU" and t["runs"] == len(mine) == 8
     assert t["tables"] == ["hunyuanvideo-720p-h100", "hunyuanvideo-960x960-h100"]
@@ -195,7 +195,6 @@ def test_a_plan_carries_the_models_track_record_on_the_nearest_published_runs():
     # a model with no published run says so, with nothing to show
     t = track_record("cogvideox-5b", "h100")
     assert t["runs"] == 0 and t["ratio_min"] is None and t["tables"] == []
-    assert "track_record" not in plan(HY, gpus=8, gpu="h100", track=False)
 
 
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():

@@ -65,29 +65,28 @@ def test_released_dtypes_and_what_is_not_known():
     assert text_encoder_params("step-video-t2v-30b") == 0.0
     tok = model_tokens("cogvideox-5b")
     assert decode_working_bytes("cogvideox-5b", tok, 2) is None  # not derived: not counted
-    p = plan("cogvideox-5b", gpus=2, track=False)
+    p = plan("cogvideox-5b", gpus=2)
     assert p["breakdown"]["memory_bytes"]["vae_decode"] == 0
     assert p["breakdown"]["memory_counted"] == {"text_encoder": True, "vae": False,
                                                 "vae_decode": False}
 
 
 def test_the_plan_takes_the_largest_phase_and_the_released_dtypes():
-    p = plan(WAN, 720, 1280, 81, 8, "h800", layout="ulysses=8", fsdp=True, released=True,
-             track=False)
+    p = plan(WAN, 720, 1280, 81, 8, "h800", layout="ulysses=8", fsdp=True, released=True)
     ph, mem = p["breakdown"]["memory_phases"], p["breakdown"]["memory_bytes"]
     assert p["per_gpu_bytes"] == max(ph.values()) == ph["decode"]
     for name, parts in p["breakdown"]["memory_phase_parts"].items():
         assert sum(parts.values()) == pytest.approx(ph[name], abs=4)  # int rounding per part
     # the plan's reasoning names the peak phase and what it holds, offloaded parts left out
     off = plan(WAN13, 480, 832, 81, 1, "rtx4090", released=True, offload=True,
-               text_encoder_cpu=True, track=False)
+               text_encoder_cpu=True)
     line = next(x for x in off["reasoning"] if x.startswith("Per GPU"))
     assert "the decode phase (vae 0.5, vae decode 8.2)" in line and "weights" not in line
     # float32 weights over 8 GPUs, plus one layer (the blocks' share) gathered in bf16
     entry = next(e for e in facts()["models"] if e["id"] == WAN)
     layer = float(entry["est_block_params_B"]) * 1e9 / 40 * 2
     assert mem["weights"] == int(14e9 * 4 / 8 + layer)
-    bf16 = plan(WAN, 720, 1280, 81, 8, "h800", layout="ulysses=8", fsdp=True, track=False)
+    bf16 = plan(WAN, 720, 1280, 81, 8, "h800", layout="ulysses=8", fsdp=True)
     assert bf16["breakdown"]["memory_bytes"]["weights"] == int(14e9 * 2 / 8 + layer)
 
 
