@@ -98,7 +98,8 @@ def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
     (_, te_b, vae_b), _ = released_bytes(model_id) if released else ((BF16,) * 3, None)
     te = 0.0 if residency.text_encoder_cpu else text_encoder_params(model_id) * te_b / shards
     vae = vae_params(model_id) * vae_b
-    work = decode_working_bytes(model_id, tok, vae_b) or 0.0
+    derived = decode_working_bytes(model_id, tok, vae_b)
+    work = derived or 0.0
     stays = 0.0 if residency.offload else te  # the text encoder, through the later phases
     parts = {"encode": {"weights": transformer, "text_encoder": te, "vae": vae},
              "denoise": {"weights": transformer, "text_encoder": stays, "vae": vae,
@@ -110,4 +111,4 @@ def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
             "text_encoder": int(te), "vae": int(vae), "vae_decode": int(work),
             "counted": {"text_encoder": text_encoder_params(model_id) > 0,
                         "vae": vae_params(model_id) > 0,
-                        "vae_decode": decode_working_bytes(model_id, tok, vae_b) is not None}}
+                        "vae_decode": derived is not None}}
