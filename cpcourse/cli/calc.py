@@ -224,9 +224,8 @@ def _validate_cmd(args):
                          f"{part['memory']['median_abs_rel_error']:.1%}, worst "
                          f"{part['memory']['worst_abs_rel_error']:.1%}")
         lines += [f"  {name}: speedup {v['gpus'][0]} -> {v['gpus'][1]} GPUs published "
-                  f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x; what did not shrink "
-                  f"with the GPUs: {v['serial_implied_s']:.0f} s by the runs, "
-                  f"{v['serial_model_s']:.0f} s of fixed costs in the model"
+                  f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x; "
+                  + _serial_text(v["serial_implied_s"], v["serial_model_s"])
                   for name, v in part["speedups"].items()]
     return d, "\n".join(lines)
 
@@ -254,17 +253,21 @@ def _plan_cmd(args):
     return d, text + "\n" + _track_text(d["track_record"])
 
 
+def _serial_text(implied_s: float, model_s: float) -> str:
+    return (f"what did not shrink with the GPUs: {implied_s:.0f} s by the runs, {model_s:.0f} s "
+            "of fixed costs in the model")
+
+
 def _track_text(t: dict) -> str:
-    """One line on how far off the model was on the nearest published runs."""
+    """How far off the model was on the nearest published runs: a line, and one per table."""
     if not t["runs"]:
         return ("Track record: no published run of this model to check the planner against; "
                 "treat the times as unvalidated")
     lines = [f"Track record ({t['scope']}, {t['runs']} published runs): predicted / "
              f"published {t['ratio_min']:.2f} to {t['ratio_max']:.2f}"]
     lines += [f"  {name}: {v['gpus'][0]} -> {v['gpus'][1]} GPUs {v['published']:.2f}x "
-              f"published, {v['predicted']:.2f}x predicted; what did not shrink with the GPUs: "
-              f"{t['serial'][name]['implied_s']:.0f} s by the runs, "
-              f"{t['serial'][name]['model_s']:.0f} s in the model"
+              f"published, {v['predicted']:.2f}x predicted; "
+              + _serial_text(t["serial"][name]["implied_s"], t["serial"][name]["model_s"])
               for name, v in t["speedups"].items()]
     return "\n".join(lines)
 
