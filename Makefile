@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.cpcourse-installed
 PORT   ?= 8888
 NPROC  ?= 4
 
-.PHONY: setup lab test test-fast demo exercises notebooks lint clean-venv
+.PHONY: setup lab test test-fast demo gpu exercises notebooks lint clean-venv
 
 setup: $(STAMP)
 
@@ -32,6 +32,11 @@ test-fast: setup
 demo: setup
 	$(VENV)/bin/cpcourse demo --nproc $(NPROC)
 	$(VENV)/bin/cpcourse generate --prompt circle-right --nproc 2 --gif demo.gif --compare
+
+# The prepared GPU check (`cpcourse bench gpu`): CUDA tests, kernel rates, real-size models
+# beside the planner, written to artifacts/gpu.json. DRY=1 runs the same code on the CPU.
+gpu: setup
+	$(VENV)/bin/cpcourse bench gpu $(if $(DRY),--dry-run --out artifacts/gpu-dry.json,)
 
 exercises: setup
 	$(PY) tools/make_exercises.py

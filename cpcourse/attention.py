@@ -11,6 +11,8 @@ Backends of `attention_with_lse`, in the order `auto` tries them:
     flash-attn      CUDA, the flash-attn package when importable (fp16/bf16, head dim <= 256)
     sdpa-flash      CUDA, torch's fused flash kernel that also returns the lse (fp16/bf16)
     sdpa-efficient  CUDA, torch's memory-efficient kernel with compute_log_sumexp (fp32 too)
+    sdpa-cudnn      CUDA, cuDNN's fused attention through torch (fp16/bf16, head dim <= 128);
+                    last of the CUDA kernels in `auto`, so it runs only when asked for by name
     cpu-flash       CPU, the fused kernel SDPA itself runs on CPU, which returns the lse
     torch           anywhere: plain matmul / logsumexp / matmul, chunked over queries
 `CPCOURSE_ATTN_BACKEND=name` states a preference (ignored when that backend cannot take the
@@ -37,7 +39,7 @@ from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versi
 )
 from cpcourse.support.errors import InputError, require
 
-BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "cpu-flash", "torch")
+BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "cpu-flash", "torch")
 _CPU_ORDER = ("cpu-flash", "torch")  # the CUDA kernels never take CPU tensors: skip asking
 ENV_BACKEND = "CPCOURSE_ATTN_BACKEND"
 
@@ -176,6 +178,14 @@ def _sdpa_efficient(q, k, v, scale):
     return res[0], res[1][..., : q.shape[2]].float()
 
 
+def _sdpa_cudnn(q, k, v, scale):
+    res = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, scale=scale)
+    lse = res[1]
+    # cuDNN keeps a trailing unit dim on lse ([B, H, Lq, 1]); some versions drop it.
+    lse = lse[..., 0] if lse.dim() == 4 else lse
+    return res[0], lse[..., : q.shape[2]].float()
+
+
 def _flash_attn(q, k, v, scale):
     from flash_attn import flash_attn_func
 
@@ -186,7 +196,8 @@ def _flash_attn(q, k, v, scale):
 
 
 _KERNELS = {"flash-attn": _flash_attn, "sdpa-flash": _sdpa_flash,
-            "sdpa-efficient": _sdpa_efficient, "cpu-flash": _cpu_flash, "torch": _torch_attention}
+            "sdpa-efficient": _sdpa_efficient, "sdpa-cudnn": _sdpa_cudnn, "cpu-flash": _cpu_flash,
+            "torch": _torch_attention}
 
 
 def _why_not(name: str, q, k, v) -> str | None:
@@ -210,6 +221,14 @@ def _why_not(name: str, q, k, v) -> str | None:
             return f"it takes fp16/bf16, got {q.dtype}"
         if max(d, dv) > 256 or d % 8 or dv % 8:
             return f"it takes head dims <= 256 that are multiples of 8, got {d}/{dv}"
+        return None
+    if name == "sdpa-cudnn":
+        if q.dtype not in half:
+            return f"it takes fp16/bf16, got {q.dtype}"
+        if max(d, dv) > 128 or d % 8 or dv % 8:
+            return f"it takes head dims <= 128 that are multiples of 8, got {d}/{dv}"
+        if not torch.backends.cudnn.is_available():
+            return "torch was built without cuDNN"
         return None
     if q.dtype == torch.float64:  # sdpa-efficient
         return "it takes fp32/fp16/bf16, got float64"

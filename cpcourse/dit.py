@@ -111,7 +111,8 @@ def unpatchify(tokens: torch.Tensor, c: int, p: int, grid: tuple[int, int]) -> t
 def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal features `[B, dim]` of diffusion times t in [0, 1] (scaled by 1000)."""
     half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / half)
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64,
+                                                         device=t.device) / half)
     args = (t.double()[:, None] * 1000.0) * freqs[None]
     return torch.cat([args.cos(), args.sin()], dim=-1).to(t.dtype if t.is_floating_point()
                                                           else torch.float32)
@@ -120,7 +121,8 @@ def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
 def frame_embedding(frames: torch.Tensor, dim: int) -> torch.Tensor:
     """Sinusoidal features `[T, dim]` of integer frame indices (periods up to 10000 frames)."""
     half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64) / half)
+    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64,
+                                                         device=frames.device) / half)
     args = frames.double()[:, None] * freqs[None]
     return torch.cat([args.cos(), args.sin()], dim=-1)
 
@@ -227,7 +229,7 @@ class TinyVideoDiT(nn.Module):
         if self.cfg.frame_embed:
             # Like rotary positions, the index is the GLOBAL frame: a rank's first frame is
             # ctx.frame_offset, not 0, or every rank would hold "the first frames".
-            idx = torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1])
+            idx = torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1], device=x.device)
             fe = self.frame_proj(frame_embedding(idx, self.cfg.hidden).to(x.dtype))
             x = x + fe[None, :, None]
         for block in self.blocks:

@@ -53,7 +53,7 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
     require(x.shape[-3:-1] == angles.shape[:2] and x.shape[-1] == 2 * angles.shape[-1],
             f"x [..., T, S, D] {tuple(x.shape)} does not match angles [T, S, D/2] "
             f"{tuple(angles.shape)}")
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    cos, sin = (f(angles).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
     even, odd = x[..., 0::2], x[..., 1::2]
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 

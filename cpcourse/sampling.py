@@ -60,12 +60,13 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
     grid = (hl // cfg.patch, wl // cfg.patch)
     ctx = ctx or CPContext(grid=grid)
     branch = cfg_branch(ctx.mesh)
-    x = patchify(noise_frames, cfg.patch)
-    y = _labels(cfg, label, b, branch)
+    device = next(model.parameters()).device  # the noise is drawn on the CPU, the same anywhere
+    x = patchify(noise_frames.to(device), cfg.patch)
+    y = _labels(cfg, label, b, branch).to(device)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         start = time.perf_counter()
-        t = torch.full((y.shape[0],), float(times[i]), dtype=x.dtype)
+        t = torch.full((y.shape[0],), float(times[i]), dtype=x.dtype, device=device)
         out = model(torch.cat([x, x]) if branch == "both" else x, t, y, ctx)
         if branch == "both":
             cond, uncond = out.chunk(2)

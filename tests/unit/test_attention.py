@@ -256,7 +256,7 @@ def test_cuda_adapters_keep_the_contract_on_meta_tensors():
     # [B, H, Lq] float32 (sdpa-efficient pads lse to a multiple of 32; the adapter trims it).
     q = torch.empty(2, 3, 37, 64, device="meta", dtype=torch.float16)
     k = torch.empty(2, 3, 50, 64, device="meta", dtype=torch.float16)
-    for name in ("sdpa-flash", "sdpa-efficient"):
+    for name in ("sdpa-flash", "sdpa-efficient", "sdpa-cudnn"):
         out, lse = A._KERNELS[name](q, k, k, 0.125)
         assert out.shape == (2, 3, 37, 64) and lse.shape == (2, 3, 37), name
         assert lse.dtype == torch.float32 and out.dtype == torch.float16, name
@@ -264,7 +264,8 @@ def test_cuda_adapters_keep_the_contract_on_meta_tensors():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("backend", ["flash-attn", "sdpa-flash", "sdpa-efficient", "torch"])
+@pytest.mark.parametrize("backend", ["flash-attn", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn",
+                                     "torch"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_cuda_backends_match_reference(backend, dtype):
     q, k, v = (t.cuda() for t in qkv(2, 3, 333, 517, 64, dtype=dtype))

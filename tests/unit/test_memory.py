@@ -89,5 +89,9 @@ def test_naive_attention_matches_the_cost_model_within_10_percent(length):
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_peak_uses_the_allocator_counters():
-    _, peak = peak_memory(torch.empty, 4 * N, dtype=torch.uint8, device="cuda")
+    # `device` is peak_memory's own argument (which counter to read), not passed on to fn: the
+    # allocation must name CUDA itself. (Passing torch.empty with device="cuda" allocated on
+    # the CPU and read 0 bytes from CUDA's counters: seen on an H200, 2026-12-04.)
+    alloc = lambda: torch.empty(4 * N, dtype=torch.uint8, device="cuda")  # noqa: E731
+    _, peak = peak_memory(alloc, device="cuda")
     assert 4 * N <= peak <= 4 * N + (2 << 20)

@@ -1,0 +1,295 @@
+"""The prepared GPU check: the CUDA tests, the kernel's real rate, real-size models' forwards.
+
+    cpcourse bench gpu --json                  # on a CUDA machine, at most ~8 minutes
+    cpcourse bench gpu --dry-run --json        # the same code on the CPU at tiny sizes (CI)
+    make gpu                                   # the same, results in artifacts/gpu.json
+
+Three parts, each recorded even when another fails, in one JSON file with its provenance (GPU,
+driver, CUDA, cuDNN, torch and diffusers versions, date, command):
+  tests    `pytest -m gpu`: attention and merge on every CUDA backend against float64, ring and
+           Ulysses on a one-rank NCCL group, the tiny DiT on CUDA against the CPU, diffusers'
+           models parallelized under NCCL (the dry run only collects them)
+  kernels  attention TFLOP/s per backend at Wan 14B's head shape, full sequence and ring blocks,
+           against the card's bf16 peak and a measured matmul ceiling; the blockwise split's
+           cost against one fused call (`cpcourse.bench.gpu_kernels`)
+  models   Wan2.1 1.3B and 14B, HunyuanVideo at their default sizes: seconds per forward and
+           peak memory beside the planner's prediction for one H200 (`cpcourse.bench.gpu_models`)
+Without CUDA (and without --dry-run) it says so in one line and exits 2. The results this
+course shows were made with it on an H200 and live in `cpcourse/data/gpu_measured.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import torch
+
+from cpcourse.bench import gpu_kernels, gpu_models
+from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
+
+PARTS = ("tests", "kernels", "models")
+_GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
+            "H800": "h800", "H20": "h20", "L40S": "l40s", "L20": "l20", "4090": "rtx4090"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = ArgumentParser(prog="cpcourse bench gpu", description=__doc__.split("\n")[0])
+    p.add_argument("--json", action="store_true", help="print the results as one JSON object")
+    p.add_argument("--dry-run", action="store_true", help="the same code on the CPU, tiny sizes")
+    p.add_argument("--out", default="artifacts/gpu.json", help="the results file to write")
+    p.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
+    p.add_argument("--budget", default="420", help="seconds; a part that would start past it "
+                   "is recorded as skipped")
+    p.add_argument("--repeat", type=int, default=3, help="timed runs per kernel measurement")
+    return p
+
+
+def _args(argv) -> argparse.Namespace:
+    a = _parser().parse_args(argv)
+    a.budget = positive_float("--budget", a.budget, high=3600)
+    a.repeat = positive_int("--repeat", a.repeat)
+    if a.repeat > 20:
+        raise InputError(f"--repeat must be 20 or fewer, got {a.repeat}")
+    a.parts = [x.strip() for x in a.parts.split(",") if x.strip()]
+    bad = sorted(set(a.parts) - set(PARTS))
+    if bad or not a.parts:
+        raise InputError(f"--parts takes some of {','.join(PARTS)}, got {bad or 'nothing'}")
+    if not a.dry_run and not torch.cuda.is_available():
+        raise InputError("no CUDA GPU here: run this on a GPU machine, or add --dry-run to run "
+                         "the same code on the CPU at tiny sizes")
+    out = Path(a.out)
+    try:  # fail before minutes of work, not after
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tempfile.NamedTemporaryFile(dir=out.parent, prefix=".gpu-", delete=True).close()
+    except OSError as exc:
+        raise InputError(f"--out {a.out}: cannot write there ({exc.strerror})") from None
+    return a
+
+
+def gpu_id(name: str) -> str | None:
+    """The facts sheet's id for a CUDA device name ('NVIDIA H200' -> 'h200-sxm')."""
+    return next((v for k, v in _GPU_IDS.items() if k in name.upper()), None)
+
+
+def provenance(device: torch.device, argv: list[str]) -> dict:
+    """What ran where: enough to tell this run's numbers from another card's or version's."""
+    import diffusers
+
+    info = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "command": "cpcourse bench gpu " + " ".join(argv), "python": platform.python_version(),
+            "torch": torch.__version__, "diffusers": diffusers.__version__,
+            "cuda": torch.version.cuda, "device": device.type}
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
+                    gpu_memory_bytes=props.total_memory,
+                    multiprocessors=props.multi_processor_count,
+                    cudnn=torch.backends.cudnn.version(), driver=_driver())
+    try:
+        import flash_attn
+        info["flash_attn"] = flash_attn.__version__
+    except ImportError:
+        info["flash_attn"] = None
+    return info
+
+
+def _driver() -> str | None:
+    try:
+        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=20)
+        return res.stdout.strip().splitlines()[0] if res.returncode == 0 else None
+    except (OSError, subprocess.TimeoutExpired, IndexError):
+        return None
+
+
+def run_tests(dry: bool, timeout_s: float) -> dict:
+    """`pytest -m gpu` in a child process; counts and each failure's first line, from JUnit XML."""
+    root = Path(__file__).resolve().parents[2]
+    if not (root / "tests").is_dir():
+        return {"skipped": "no tests/ folder beside this cpcourse (an installed copy)"}
+    with tempfile.TemporaryDirectory() as tmp:
+        xml = Path(tmp) / "junit.xml"
+        # Only the files that hold gpu tests: the others may import what a GPU image lacks
+        # (JupyterLab, Playwright), and collecting them would fail before any test ran.
+        files = sorted(str(f.relative_to(root)) for f in (root / "tests").rglob("test_*.py")
+                       if "mark.gpu" in f.read_text(encoding="utf-8"))
+        cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider",
+               f"--junitxml={xml}", *files] + (["--collect-only"] if dry else [])
+        start = time.perf_counter()
+        try:
+            res = subprocess.run(cmd, cwd=root, capture_output=True, text=True, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"error": f"pytest -m gpu ran past {timeout_s:.0f} s"}
+        out = {"command": " ".join(cmd[2:]), "returncode": res.returncode,
+               "seconds": time.perf_counter() - start,
+               "summary": (res.stdout.strip().splitlines() or [""])[-1]}
+        if dry:
+            out["collected"] = sum(1 for line in res.stdout.splitlines() if "::" in line)
+            return out
+        if not xml.exists():
+            out["error"] = (res.stderr or res.stdout).strip()[-2000:]
+            return out
+        return out | _junit(xml)
+
+
+def _junit(path: Path) -> dict:
+    counts = {"passed": 0, "failed": 0, "skipped": 0}
+    failures = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        bad = case.find("failure") if case.find("failure") is not None else case.find("error")
+        if bad is not None:
+            counts["failed"] += 1
+            msg = (bad.get("message") or bad.text or "").strip().splitlines()
+            failures.append({"test": f"{case.get('classname')}::{case.get('name')}",
+                             "message": (msg[0] if msg else "")[:300]})
+        elif case.find("skipped") is not None:
+            counts["skipped"] += 1
+        else:
+            counts["passed"] += 1
+    return counts | {"failures": failures}
+
+
+def run_kernels(device, peak: float, repeat: int) -> dict:
+    sizes = gpu_kernels.REAL if device.type == "cuda" else gpu_kernels.TINY
+    mm = gpu_kernels.matmul_rate(device, sizes["matmul"], sizes["dtype"])
+    mm["share_of_peak"] = mm["tflops"] / peak
+    copy = gpu_kernels.copy_rate(device, sizes["copy_bytes"])
+    rates = gpu_kernels.kernel_rates(device, peak, sizes, repeat)
+    fastest = max((r for r in rates if "tflops" in r and r["shape"] == "full"),
+                  key=lambda r: r["tflops"], default=None)
+    split = gpu_kernels.split_cost(device, sizes, fastest["backend"], repeat) if fastest else []
+    return {"peak_tflops": peak, "matmul": mm, "copy": copy, "rates": rates, "split": split,
+            "fastest_full": fastest and {k: fastest[k] for k in ("backend", "tflops",
+                                                                 "share_of_peak")}}
+
+
+def run_models(device, dry: bool, kernels: dict | None, deadline: float) -> list:
+    from cpcourse.tokens import facts
+
+    assumed = float(facts()["calculator_defaults"]["matmul_efficiency"])
+    full = {r["backend"]: r["share_of_peak"] for r in (kernels or {}).get("rates", [])
+            if r["shape"] == "full" and "share_of_peak" in r}
+    mm_share = (kernels or {}).get("matmul", {}).get("share_of_peak")
+    rows = []
+    for model_id, arch in gpu_models.CASES:
+        if time.monotonic() > deadline:
+            rows.append({"model": model_id, "skipped": "past the --budget"})
+            continue
+        try:
+            # one timed forward where the planner expects over 10 s: the budget is minutes
+            slow = gpu_models.predict(model_id, "h200-sxm")["sdpa"]["forward_seconds"] > 10
+            row = gpu_models.run_model(model_id, arch, device, dry,
+                                       repeat=1 if dry or slow else 2)
+            # priced at the rate this run measured for the kernel SDPA picks for this model
+            row["measured_over_predicted"] = gpu_models.compare(
+                row, full.get(row["sdpa_backend"]), mm_share, assumed)
+        except (RuntimeError, torch.cuda.OutOfMemoryError) as exc:
+            row = {"model": model_id, "error": f"{type(exc).__name__}: "
+                                               f"{str(exc).splitlines()[0][:300]}"}
+            torch.cuda.empty_cache() if device.type == "cuda" else None
+        rows.append(row)
+    return rows
+
+
+def collect(a: argparse.Namespace, argv: list[str]) -> dict:
+    """Every part the arguments ask for, in order, each recorded even if another failed."""
+    start = time.monotonic()
+    device = torch.device("cuda" if not a.dry_run else "cpu")
+    gid = gpu_id(torch.cuda.get_device_name(device)) if device.type == "cuda" else "h200-sxm"
+    from cpcourse.hardware import get_gpu
+
+    peak = get_gpu(gid).bf16_tflops if gid else float("nan")
+    res = {"provenance": provenance(device, argv) | {"gpu_id": gid, "dry_run": a.dry_run},
+           "budget_seconds": a.budget}
+    if "tests" in a.parts:
+        res["tests"] = run_tests(a.dry_run, timeout_s=max(60.0, 0.45 * a.budget))
+    if "kernels" in a.parts:
+        res["kernels"] = _guarded(lambda: run_kernels(device, peak, a.repeat))
+    if "models" in a.parts:
+        res["models"] = run_models(device, a.dry_run, res.get("kernels"),
+                                   deadline=start + 0.8 * a.budget)
+    res["seconds"] = time.monotonic() - start
+    return res
+
+
+def _guarded(fn):
+    try:
+        return fn()
+    except (RuntimeError, InputError) as exc:
+        return {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+
+
+def table(res: dict) -> str:
+    """The results as a few short tables: what a person reads at the end of the run."""
+    p = res["provenance"]
+    lines = [f"{p.get('gpu', 'CPU (dry run)')} | torch {p['torch']} | CUDA {p['cuda']} | "
+             f"diffusers {p['diffusers']} | {p['date']}"]
+    t = res.get("tests") or {}
+    if t:
+        lines.append(f"tests: {t.get('summary') or t.get('error') or t.get('skipped')}")
+        lines += [f"  FAILED {f['test']}: {f['message']}" for f in t.get("failures", [])]
+    k = res.get("kernels") or {}
+    if "rates" in k:
+        lines.append(f"matmul {k['matmul']['n']}^3: {k['matmul']['tflops']:.0f} TFLOP/s "
+                     f"({100 * k['matmul']['share_of_peak']:.0f}% of {k['peak_tflops']:.0f})")
+        lines.append(f"copy: {k['copy']['tbps']:.2f} TB/s read + written")
+        lines.append(f"{'backend':15s} {'shape':6s} {'L':>7s} {'TFLOP/s':>8s} {'of peak':>8s}")
+        for r in k["rates"]:
+            rate = (f"{r['tflops']:8.1f} {100 * r['share_of_peak']:7.1f}%" if "tflops" in r
+                    else r.get("error", ""))
+            lines.append(f"{r['backend']:15s} {r['shape']:6s} {r['tokens']:7d} {rate}")
+        for s in k["split"]:
+            lines.append(f"split into {s['blocks']} blocks + merges ({s['backend']}, L "
+                         f"{s['tokens']}): {s['ratio']:.3f} x one fused call")
+    elif k:
+        lines.append(f"kernels: {k.get('error')}")
+    for m in res.get("models", []):
+        if "seconds_per_forward" not in m:
+            lines.append(f"{m['model']}: {m.get('error') or m.get('skipped')}")
+            continue
+        pr, ratio = m["predicted"], m["measured_over_predicted"]
+        gb = (f", peak {m['peak_bytes'] / 1e9:.1f} GB vs predicted "
+              f"{(pr['weights_bytes'] + pr['activation_bytes']) / 1e9:.1f}"
+              if m.get("peak_bytes") else "")
+        lines.append(f"{m['model']} {m['height']}x{m['width']}x{m['frames']}: "
+                     f"{m['seconds_per_forward']:.3f} s/forward; predicted "
+                     f"{pr['sdpa']['forward_seconds']:.3f} (sdpa), "
+                     f"{pr['fa3']['forward_seconds']:.3f} (fa3)" +
+                     (f", {pr['measured_rates']['forward_seconds']:.3f} (measured rates)"
+                      if "measured_rates" in pr else "") + gb)
+        prof = m["profile"]["seconds"]
+        lines.append("  profiled: " + ", ".join(f"{k} {v:.3f} s" for k, v in prof.items()) +
+                     f"; SDPA held to flash: "
+                     f"{m['flash_attention_2'].get('seconds_per_forward', float('nan')):.3f} s "
+                     f"(measured/predicted {', '.join(f'{k} {v:.2f}' for k, v in ratio.items())})")
+    lines.append(f"total {res['seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    a = _args(argv)
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    res = collect(a, argv)
+    out = Path(a.out)
+    tmp = out.with_name(f".{out.name}.tmp")
+    tmp.write_text(json.dumps(res, indent=1) + "\n")
+    tmp.replace(out)
+    text = table(res)
+    if a.json:
+        print(text, file=sys.stderr)
+        print(json.dumps(res))
+    else:
+        print(text)
+        print(f"wrote {out}")
+    return 0
