@@ -1,0 +1,118 @@
+"""Derive what one forward of a real video DiT computes and moves, from diffusers' own classes.
+
+    .venv/bin/python tools/derive_dit_costs.py    # rewrites cpcourse/data/dit_derived_costs.json
+
+Each preset's transformer is built at its released size on the meta device (no memory, no
+arithmetic) and run at two frame counts under two counters: torch's FlopCounterMode for the
+matmuls (attention excluded: the planner prices it by its own formula), and a dispatch mode
+that adds up the bytes every other non-view op reads and writes (norms, modulations, rotary,
+activations, residual adds: the memory-bound work). Both grow linearly with the tokens, so two
+sizes solve exactly for
+
+    matmul FLOPs = a N + a0        element-wise bytes = e N + e0       (N: sequence tokens)
+
+a per token, a0 what does not grow with the video (the text side of cross-attention, the
+timestep and modulation linears). An H200 run (cpcourse/data/gpu_measured_h200.json) showed
+why both are needed: HunyuanVideo's matmuls took 2.11 s of a 720p forward where counting every
+block parameter predicted 3.85 (modulation linears act on the timestep, text weights never
+meet a video token), and the element-wise work took 13-24% of a forward that the planner had
+not priced. cpcourse.planner reads this file; tests/unit/test_dit_costs.py re-derives one point.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
+from torch.utils.flop_counter import FlopCounterMode
+
+OUT = Path(__file__).resolve().parents[1] / "cpcourse" / "data" / "dit_derived_costs.json"
+# preset -> the cpcourse.models arch whose diffusers class it is
+PRESETS = {"wan2.1-t2v-1.3b": "wan", "wan2.1-t2v-14b": "wan", "wan2.2-t2v-a14b": "wan",
+           "hunyuanvideo-13b": "hunyuanvideo"}
+aten = torch.ops.aten
+ATTENTION = {aten._scaled_dot_product_flash_attention.default,
+             aten._scaled_dot_product_efficient_attention.default,
+             aten._scaled_dot_product_cudnn_attention.default,
+             aten._scaled_dot_product_flash_attention_for_cpu.default}
+# Linear layers reach these; on the meta device SDPA runs its math path, whose batched matmuls
+# (bmm) are the attention the planner prices separately.
+MATMUL = {aten.mm.default, aten.addmm.default}
+ATTENTION_MATH = {aten.bmm.default, aten.baddbmm.default, aten._softmax.default}
+
+
+def _nbytes(tree) -> int:
+    return sum(t.numel() * t.element_size() for t in tree_flatten(tree)[0]
+               if isinstance(t, torch.Tensor))
+
+
+class ElementwiseBytes(TorchDispatchMode):
+    """Bytes read and written by ops that run a kernel and are neither matmul nor attention.
+    A view, or an op that hands back one of its inputs (a cast to the same dtype, dropout in
+    eval), launches no kernel and counts nothing."""
+
+    def __init__(self):
+        super().__init__()
+        self.total = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        inputs = tree_flatten((args, kwargs))[0]
+        if (func in ATTENTION or func in MATMUL or func in ATTENTION_MATH or func.is_view
+                or func in (aten.empty_like.default, aten.empty.memory_format)
+                or any(o is i for o in tree_flatten(out)[0] for i in inputs)):
+            return out
+        self.total += _nbytes((args, kwargs)) + _nbytes(out)
+        return out
+
+
+def count(model_id: str, arch: str, frames: int) -> dict:
+    """Matmul FLOPs and element-wise bytes of one bf16 forward at `frames` (default size)."""
+    from cpcourse.bench.gpu_models import build_real, real_inputs
+    from cpcourse.tokens import model_tokens
+
+    model = build_real(model_id, arch, torch.device("meta"))
+    inputs = real_inputs(model_id, arch, frames, "meta", torch.bfloat16)
+    flops, moved = FlopCounterMode(display=False), ElementwiseBytes()
+    with torch.inference_mode(), flops, moved:
+        model(**inputs, return_dict=False)
+    by_op = flops.get_flop_counts()["Global"]
+    matmul = sum(v for op, v in by_op.items() if op in {m.overloadpacket for m in MATMUL})
+    return {"tokens": model_tokens(model_id, frames=frames).sequence_length,
+            "matmul_flops": int(matmul), "elementwise_bytes": int(moved.total)}
+
+
+def derive(model_id: str, arch: str) -> dict:
+    """Solve the two lines through the counts at the default length and one a quarter of it."""
+    from cpcourse.tokens import get_model
+
+    m = get_model(model_id)
+    long = count(model_id, arch, m.default_frames)
+    short = count(model_id, arch, (m.default_frames - 1) // 4 + 1)
+    dn = long["tokens"] - short["tokens"]
+    out = {"arch": arch, "points": [short, long]}
+    for key, name in (("matmul_flops", "matmul_flops"), ("elementwise_bytes", "elementwise_bytes")):
+        per = (long[key] - short[key]) / dn
+        out[f"{name}_per_token"] = per
+        out[f"{name}_fixed"] = long[key] - per * long["tokens"]
+    return out
+
+
+def main() -> None:
+    import diffusers
+
+    data = {"about": __doc__.split("\n\n")[1].strip().replace("\n", " ") + " Sequence tokens N "
+            "are video plus joined text (HunyuanVideo); Wan's text enters by cross-attention "
+            "and is in the fixed part.", "diffusers": diffusers.__version__,
+            "models": {mid: derive(mid, arch) for mid, arch in PRESETS.items()}}
+    OUT.write_text(json.dumps(data, indent=1) + "\n")
+    for mid, d in data["models"].items():
+        print(f"{mid:18s} {d['matmul_flops_per_token'] / 2e9:6.2f} B params a token meets, "
+              f"{d['elementwise_bytes_per_token'] / 1e3:7.1f} kB element-wise per token")
+
+
+if __name__ == "__main__":
+    main()
