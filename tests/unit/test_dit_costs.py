@@ -1,0 +1,40 @@
+"""The derived DiT costs (cpcourse/data/dit_derived_costs.json) are what diffusers' classes do:
+one point re-derived on the meta device lands on the file's lines exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("derive_dit_costs",
+                                                  ROOT / "tools" / "derive_dit_costs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_a_new_length_lands_on_the_derived_lines():
+    tool = _tool()
+    data = json.loads((ROOT / "cpcourse" / "data" / "dit_derived_costs.json").read_text())
+    d = data["models"]["wan2.1-t2v-1.3b"]
+    got = tool.count("wan2.1-t2v-1.3b", "wan", 9)  # 3 latent frames: neither derived point
+    n = got["tokens"]
+    assert n not in {p["tokens"] for p in d["points"]}
+    for key in ("matmul_flops", "elementwise_bytes"):
+        want = d[f"{key}_per_token"] * n + d[f"{key}_fixed"]
+        assert abs(got[key] - want) <= 1e-9 * want, key
+
+
+def test_a_token_meets_the_blocks_it_passes_through():
+    """HunyuanVideo: about 6.8 B of its 12.8 B parameters act on each token (the modulation
+    linears act on the timestep, the text stream's weights on text only); Wan 14B: its 14.05 B
+    block parameters less the cross-attention K/V weights that meet the text (2 x 5120^2 x 40)."""
+    d = json.loads((ROOT / "cpcourse" / "data" / "dit_derived_costs.json").read_text())["models"]
+    per_token = {k: v["matmul_flops_per_token"] / 2e9 for k, v in d.items()}
+    assert 6.7 < per_token["hunyuanvideo-13b"] < 6.9
+    assert abs(per_token["wan2.1-t2v-14b"] - (14.05 - 2 * 5120 ** 2 * 40 / 1e9)) < 0.05
