@@ -125,7 +125,8 @@ def reference_attention(q, k, v, scale=None):
     Computes in float64 for float64 inputs and in float32 otherwise; returns `(out, lse)` with
     out `[B, H, Lq, Dv]` in the input dtype and lse `[B, H, Lq]` (float32, float64 for float64).
     Memory: exactly one `Lq x Lk` score matrix per head (the softmax runs in place on it), the
-    wall the fused kernels remove; `cpcourse.memory` measures it against the cost model.
+    wall the fused kernels remove; `cpcourse.support.peak_memory` measures it against the cost
+    model.
     """
     _check_qkv(q, k, v)
     if k.shape[2] == 0 or q.shape[2] == 0:

@@ -32,15 +32,15 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.dist import (
+from cpcourse.ring import ring_attention
+from cpcourse.support.errors import InputError, require
+from cpcourse.support.groups import (
     agree,
     all_gather_single,
     forward_only,
     pg_timeout_s,
     require_group,
 )
-from cpcourse.ring import ring_attention
-from cpcourse.support.errors import InputError, require
 from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
 
 DIMS = ("cfg", "ring", "ulysses", "tp")

@@ -30,8 +30,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpcourse.dist import comm_device, require_group, tracked
 from cpcourse.support.errors import InputError
+from cpcourse.support.groups import comm_device, require_group, tracked
 
 
 def head_rows(heads: int, head_dim: int, tp_rank: int, tp: int, fused: int = 3) -> torch.Tensor:
@@ -89,16 +89,16 @@ class RowParallelLinear(nn.Module):
 
 
 def tensor_parallel(model, group):
-    """Split a `cpcourse.dit.TinyVideoDiT`'s blocks over the ranks of `group`, in place.
+    """Split a `cpcourse.tinydit.model.TinyVideoDiT`'s blocks over the ranks of `group`, in place.
 
     Attention: qkv column-parallel by heads, proj row-parallel; MLP: fc1 column-parallel, fc2
     row-parallel. Everything else (embeddings, modulation, norms, the output layer) stays
     replicated: small, and per token. The heads must divide by the group's size.
     """
-    from cpcourse.dit import TinyVideoDiT
+    from cpcourse.tinydit.model import TinyVideoDiT
 
     if not isinstance(model, TinyVideoDiT):
-        raise InputError(f"tensor_parallel takes a cpcourse.dit.TinyVideoDiT, got "
+        raise InputError(f"tensor_parallel takes a cpcourse.tinydit.model.TinyVideoDiT, got "
                          f"{type(model).__name__}")
     rank, tp = require_group(group, "tensor_parallel")
     cfg = model.cfg

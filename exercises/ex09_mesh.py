@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
-# stub-sha256: e454a6327496cba8 (how the generator tells your edits from its output)
+# stub-sha256: 56f76a934d6d0bba (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
 
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cpcourse.dist import all_gather_single
 from cpcourse.mesh import Layout
+from cpcourse.support.groups import all_gather_single
 
 
 def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:

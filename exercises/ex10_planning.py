@@ -1,16 +1,16 @@
 # Yours to edit. Generated from solutions/ex10_planning.py by tools/make_exercises.py
-# stub-sha256: 74ced4f205eab2f8 (how the generator tells your edits from its output)
+# stub-sha256: c9e0096d40891730 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 10, planning a real deployment: three pieces of the planner, by you.
 
     python -m pytest tests/graded --ex 10.1 --impl exercises
 
-`cpcourse.deployment.cost` prices a layout term by term and `cpcourse.plan.validity` says which
-layouts a model's own code accepts. Here you write the compute one GPU does in one forward under
-a layout, the communication it waits for, HunyuanVideo's rule for splitting a video, and (10.4)
-a prediction: how many GPUs a ring can take before its hops show. Units:
-seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is bf16 (2
-bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
+`cpcourse.planner.deployment.cost` prices a layout term by term and
+`cpcourse.planner.plan.validity` says which layouts a model's own code accepts. Here you write the
+compute one GPU does in one forward under a layout, the communication it waits for, HunyuanVideo's
+rule for splitting a video, and (10.4) a prediction: how many GPUs a ring can take before its hops
+show. Units: seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is
+bf16 (2 bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
 """
 
 from __future__ import annotations
@@ -25,9 +25,9 @@ def forward_compute_seconds(model, tok, layout, block_params: float, matmul_flop
     """Seconds the busiest GPU spends in one forward's linear layers and in its attention:
     `{"linear": seconds, "attention": seconds}`.
 
-    model: a `cpcourse.tokens.ModelPreset` (`hidden`, `layers`, `text_joint`); tok: a
-    `cpcourse.tokens.TokenCount` (`sequence_length` N: the tokens self-attention runs over, the
-    text included where it is joined; `text_tokens` N_text); layout: a `cpcourse.mesh.Layout`;
+    model: a `cpcourse.planner.tokens.ModelPreset` (`hidden`, `layers`, `text_joint`); tok: a
+    `cpcourse.planner.tokens.TokenCount` (`sequence_length` N: the tokens self-attention runs over,
+    the text included where it is joined; `text_tokens` N_text); layout: a `cpcourse.mesh.Layout`;
     block_params: the parameters of the blocks one token meets (an MoE counts one expert);
     matmul_flops, attention_flops: the FLOP/s this GPU reaches in matmuls and in its attention
     kernel.
@@ -92,7 +92,8 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
 
 def hunyuan_accepts(height: int, width: int, layout) -> bool:
     """Whether the planner lets HunyuanVideo run `layout` for a `height` x `width` video: True
-    or False, agreeing with `cpcourse.plan.validity("hunyuanvideo-13b", tok, layout) is None`.
+    or False, agreeing with `cpcourse.planner.plan.validity("hunyuanvideo-13b", tok, layout) is
+    None`.
 
     height, width: pixels, multiples of 16 (its VAE shrinks each side 8 times, then 2 x 2
     patches: one token per 16 x 16 pixels); layout: a `cpcourse.mesh.Layout` of at most 64 GPUs

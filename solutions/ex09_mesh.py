@@ -18,8 +18,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cpcourse.dist import all_gather_single
 from cpcourse.mesh import Layout
+from cpcourse.support.groups import all_gather_single
 
 
 def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:

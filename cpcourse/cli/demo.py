@@ -19,8 +19,8 @@ import sys
 import time
 
 from cpcourse.launch import check_nproc
-from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int
+from cpcourse.support.peak_memory import require_fits
 
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 4e-3}  # max |ring - fused|
@@ -55,8 +55,8 @@ def demo_rank(spec: dict) -> dict:
     """What each rank runs: a warm-up call, then the timed ring with per-step stats."""
     import torch.distributed as dist
 
-    from cpcourse.dist import shard
     from cpcourse.ring import ring_attention
+    from cpcourse.support.groups import shard
 
     rank, world = dist.get_rank(), dist.get_world_size()
     q, k, v = (shard(x, rank, world) for x in inputs(spec))

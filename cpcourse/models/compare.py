@@ -16,9 +16,9 @@ import time
 
 import torch
 
+from cpcourse.models.build import build, example_inputs
 from cpcourse.models.parallel import parallelize
 from cpcourse.models.shards import gather_latents, shard_latents
-from cpcourse.models.tiny import build, example_inputs
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
           "float16": torch.float16}
@@ -117,8 +117,8 @@ def tolerance(method: str, dtype: str = "float32", sample: bool = False) -> floa
 
 def check_spec(spec: dict, nproc: int) -> dict:
     """Everything a launch would only find out inside the ranks, checked here: one clear line."""
+    from cpcourse.models.build import arch_info, check_size, tokens
     from cpcourse.models.parallel import METHODS, _divisors, check_ulysses
-    from cpcourse.models.tiny import arch_info, check_size, tokens
     from cpcourse.support.errors import require
 
     info = arch_info(spec["arch"])

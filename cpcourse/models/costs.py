@@ -6,8 +6,8 @@ Per forward, on global rank r of a `cpcourse.mesh.Layout` (C, R, U, T), with B s
 rank's L_r video tokens (its frames times tokens per frame), N text tokens, `dim` hidden, H heads
 of `head_dim`, and element size e:
     ring, ulysses  every block's self-attention (attn1) runs USP on H / T heads: the formulas of
-                   `cpcourse.dit_costs._usp_elements`, per block. Cross-attention (attn2) attends
-                   the replicated text locally: nothing on these dims.
+                   `cpcourse.tinydit.costs._usp_elements`, per block. Cross-attention (attn2)
+                   attends the replicated text locally: nothing on these dims.
     tp             every block: 3 all-reduces of `[B, L_r, dim]` (attn1 out, attn2 out, FFN out)
                    and 4 of the RMSNorm's float32 squares (`[B, L_r, 1]` for attn1's q and k and
                    attn2's q, `[B, N, 1]` for attn2's k), each 2 (T - 1) / T of its buffer
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.dist import shard_sizes
+from cpcourse.support.groups import shard_sizes
 
 
 def _all_reduce(payload: int, tp: int) -> int:
@@ -31,9 +31,9 @@ def _all_reduce(payload: int, tp: int) -> int:
 
 def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     """What `rank_forward`'s one measured run sends, per dim; None for models other than Wan."""
-    from cpcourse.dit_costs import _usp_elements
     from cpcourse.mesh import Layout
     from cpcourse.models.parallel import _latent_grid
+    from cpcourse.tinydit.costs import _usp_elements
 
     if type(model).__name__ != "WanTransformer3DModel":
         return None

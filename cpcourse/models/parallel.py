@@ -30,7 +30,12 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from cpcourse.dist import (
+from cpcourse.models.build import arch_of
+from cpcourse.models.processors import PROCESSORS, cp_attention_modules
+from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
+from cpcourse.ring import MODES as RING_MODES
+from cpcourse.support.errors import InputError, require
+from cpcourse.support.groups import (
     agree,
     all_gather_single,
     comm_device,
@@ -39,11 +44,6 @@ from cpcourse.dist import (
     shard_offsets,
     shard_sizes,
 )
-from cpcourse.models.processors import PROCESSORS, cp_attention_modules
-from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
-from cpcourse.models.tiny import arch_of
-from cpcourse.ring import MODES as RING_MODES
-from cpcourse.support.errors import InputError, require
 
 METHODS = ("ring", "ulysses", "usp", "allgather")
 

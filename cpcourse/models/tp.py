@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpcourse.dist import comm_device, require_group, tracked
 from cpcourse.support.errors import InputError
+from cpcourse.support.groups import comm_device, require_group, tracked
 from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, _span
 
 

@@ -1,6 +1,6 @@
 """Errors a learner can act on.
 
-    python -c "from cpcourse.tokens import video_tokens; video_tokens(-1, 1280, 81)"
+    python -c "from cpcourse.planner.tokens import video_tokens; video_tokens(-1, 1280, 81)"
 
 Every check on user input raises `InputError`, a `ValueError` whose message is one line that
 says what to change. The command line prints that line and exits with status 2.

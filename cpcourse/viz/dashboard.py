@@ -17,10 +17,10 @@ from dataclasses import replace
 
 from matplotlib.figure import Figure
 
-from cpcourse.costs import comm, dtype_bytes
-from cpcourse.hardware import get_gpu, get_link, gpus, links
+from cpcourse.planner.costs import comm, dtype_bytes
+from cpcourse.planner.hardware import get_gpu, get_link, gpus, links
+from cpcourse.planner.tokens import FrameRule, frames_for_clip, get_model, presets
 from cpcourse.support.errors import InputError
-from cpcourse.tokens import FrameRule, frames_for_clip, get_model, presets
 from cpcourse.viz import fmt
 from cpcourse.viz.tokens import (
     CP_DEGREES,

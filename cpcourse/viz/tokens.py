@@ -2,9 +2,10 @@
 
     python -m cpcourse.viz.tokens artifacts   # writes tokens_growth.png and cp_memory.png
 
-Thin compositions of the calculators (`cpcourse.tokens`, `cpcourse.costs`, `cpcourse.hardware`);
-every number drawn comes from them. Figures are `matplotlib.figure.Figure` objects built without
-pyplot, so nothing is shown twice in a notebook and nothing leaks when a dashboard redraws.
+Thin compositions of the calculators (`cpcourse.planner.tokens`, `cpcourse.planner.costs`,
+`cpcourse.planner.hardware`); every number drawn comes from them. Figures are
+`matplotlib.figure.Figure` objects built without pyplot, so nothing is shown twice in a notebook
+and nothing leaks when a dashboard redraws.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from cpcourse.costs import dtype_bytes, memory, shard_sizes
-from cpcourse.hardware import get_gpu, gpus
-from cpcourse.tokens import (
+from cpcourse.planner.costs import dtype_bytes, memory, shard_sizes
+from cpcourse.planner.hardware import get_gpu, gpus
+from cpcourse.planner.tokens import (
     FrameRule,
     ModelPreset,
     frames_for_clip,

@@ -9,10 +9,10 @@ ours, and the refusals; one launch of 8 ranks runs the 3-D layouts.
 import pytest
 import torch
 
-from cpcourse.dit import DiTConfig
 from cpcourse.launch import launch
 from cpcourse.mesh import Layout
-from cpcourse.sampling import mesh_shards, single_process_sample
+from cpcourse.tinydit.model import DiTConfig
+from cpcourse.tinydit.sampling import mesh_shards, single_process_sample
 
 pytestmark = pytest.mark.dist
 
@@ -42,8 +42,8 @@ def on_mesh(runs: list[tuple[str, str]]) -> dict:
     import torch.distributed as dist
 
     from cpcourse.mesh import make_mesh
-    from cpcourse.sampling import generate_mesh_rank
     from cpcourse.support.errors import InputError
+    from cpcourse.tinydit.sampling import generate_mesh_rank
 
     out: dict = {"runs": {}}
     for name, text in runs:

@@ -264,8 +264,8 @@ PLACEMENTS = [(16, 8, 24, 1, 1), (16, 8, 24, 1, 2), (16, 8, 24, 2, 1), (32, 8, 4
 
 def _between_nodes(layout, per_node, heads):
     """Bytes per step between nodes, per dim, for the course's DiT with `heads` heads."""
-    from cpcourse.dit import DiTConfig
-    from cpcourse.dit_costs import predicted_bytes_per_step
+    from cpcourse.tinydit.costs import predicted_bytes_per_step
+    from cpcourse.tinydit.model import DiTConfig
     from cpcourse.viz.mesh import traffic_by_link
 
     cfg = DiTConfig(hidden=8 * heads, heads=heads, attention="full", depth=2)

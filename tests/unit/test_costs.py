@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpcourse import costs, hardware
+from cpcourse.planner import costs, hardware
 from cpcourse.support.errors import InputError
 
 

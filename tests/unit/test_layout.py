@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "cpcourse"
-LAYERS = {"support": 0, "": 1, "models": 1, "launch": 2, "course": 3, "viz": 3, "bench": 4,
+LAYERS = {"support": 0, "": 1, "models": 1, "planner": 1, "tinydit": 1, "launch": 2,
+          "course": 3, "viz": 3, "bench": 4,
           "cli": 5, "__main__": 5}  # `python -m cpcourse` is the command line
 
 

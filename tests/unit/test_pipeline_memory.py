@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse.pipeline_memory import (
+from cpcourse.planner.pipeline_memory import (
     Residency,
     decode_working_bytes,
     phases,
@@ -15,9 +15,9 @@ from cpcourse.pipeline_memory import (
     text_encoder_params,
     vae_params,
 )
-from cpcourse.plan import plan
-from cpcourse.tokens import facts, model_tokens, published_runs
-from cpcourse.validation import how_run, validate
+from cpcourse.planner.plan import plan
+from cpcourse.planner.tokens import facts, model_tokens, published_runs
+from cpcourse.planner.validation import how_run, validate
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 WAN, WAN13, HY = "wan2.1-t2v-14b", "wan2.1-t2v-1.3b", "hunyuanvideo-13b"
@@ -31,7 +31,7 @@ def _working(tok, family_coeffs, scale):
 
 
 def test_each_phase_by_hand():
-    from cpcourse.pipeline_memory import _vae_memory
+    from cpcourse.planner.pipeline_memory import _vae_memory
 
     tok = model_tokens(WAN, 720, 1280, 81)
     w, loop = 7e9, 1e9  # the transformer's weights on a GPU and the loop's bytes, as given
@@ -107,7 +107,7 @@ def test_decode_memory_file_is_what_diffusers_holds():
         d = torch.empty(3000, device="meta")  # 4,000 + 4,000 + 12,000
         del b, c, d, e
     assert m.peak == 20_000 and m.now == 0
-    from cpcourse.pipeline_memory import _vae_memory
+    from cpcourse.planner.pipeline_memory import _vae_memory
 
     fam = _vae_memory()["wan2.1"]
     assert peak_bytes(fam["class"], fam["latent_channels"], fam["dtype"], fam["tiling"],
@@ -127,7 +127,7 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
         from derive_vae_memory import RELEASED, SHAPES
     finally:
         sys.path.remove(str(TOOLS))
-    from cpcourse.fixed_costs import HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE
+    from cpcourse.planner.fixed_costs import HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE
 
     tiling = RELEASED["hunyuanvideo"][3]
     assert (tiling["tile_sample_min_height"], tiling["tile_sample_stride_height"]) == (
@@ -138,7 +138,7 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
 
 
 def test_a_table_with_one_gpu_count_has_no_speedup_and_breaks_nothing():
-    from cpcourse.validation import _predict
+    from cpcourse.planner.validation import _predict
 
     run = dict(published_runs()["runs"][0])
     got = _predict([run])

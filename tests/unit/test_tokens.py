@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpcourse import tokens
+from cpcourse.planner import tokens
 from cpcourse.support.errors import InputError
 
 FACTS = tokens.facts()

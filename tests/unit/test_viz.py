@@ -13,9 +13,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cpcourse.hardware import gpus  # noqa: E402
+from cpcourse.planner.hardware import gpus  # noqa: E402
+from cpcourse.planner.tokens import get_model, model_tokens, presets  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
-from cpcourse.tokens import get_model, model_tokens, presets  # noqa: E402
 from cpcourse.viz import dashboard as dash  # noqa: E402
 from cpcourse.viz import fmt, seed  # noqa: E402
 from cpcourse.viz import tokens as vt  # noqa: E402

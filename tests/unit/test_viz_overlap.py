@@ -15,8 +15,8 @@ matplotlib.use("Agg")
 
 from cpcourse import costs  # noqa: E402
 from cpcourse.cli import main  # noqa: E402
-from cpcourse.hardware import get_gpu, get_link  # noqa: E402
-from cpcourse.tokens import get_model, model_tokens  # noqa: E402
+from cpcourse.planner.hardware import get_gpu, get_link  # noqa: E402
+from cpcourse.planner.tokens import get_model, model_tokens  # noqa: E402
 from cpcourse.viz import overlap as vo  # noqa: E402
 
 

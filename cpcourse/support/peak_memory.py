@@ -1,6 +1,7 @@
 """Measuring the peak tensor memory of one call, on CPU and on CUDA.
 
-    python -m cpcourse.memory          # naive vs fused attention, measured, at a few lengths
+    python -m cpcourse.support.peak_memory          # naive vs fused attention, measured, at a few
+    lengths
 
 `peak_memory(fn, *args, **kwargs) -> (result, peak_bytes)`: the most bytes of tensor storage
 that were alive at once during the call, counting only storage allocated during the call

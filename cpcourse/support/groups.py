@@ -25,7 +25,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from cpcourse.costs import split_sizes
+from cpcourse.planner.costs import split_sizes
 from cpcourse.support.errors import InputError, require
 
 ENV_TIMEOUT = "CPCOURSE_PG_TIMEOUT"  # seconds; set by cpcourse.launch
@@ -77,7 +77,7 @@ def require_group(group=None, what: str = "this function") -> tuple[int, int]:
     """(rank, world) in `group`, or an InputError when torch.distributed is not initialised."""
     require(dist.is_available() and dist.is_initialized(),
             f"{what} needs an initialised process group: run it under cpcourse.launch(...) or in "
-            "a %%torchrun cell (or call cpcourse.dist.init() in a torchrun script)")
+            "a %%torchrun cell (or call cpcourse.support.groups.init() in a torchrun script)")
     return dist.get_rank(group), dist.get_world_size(group)
 
 

@@ -1,6 +1,6 @@
 """The cost model of the tiny video DiT under CP: peak tensor bytes and bytes sent per rank.
 
-    python -c "from cpcourse.dit_costs import *; from cpcourse.dit import DiTConfig; \
+    python -c "from cpcourse.tinydit.costs import *; from cpcourse.tinydit.model import DiTConfig; \
 print(predicted_peak_bytes(DiTConfig(), [1, 4, 8, 16, 16], 2, 0))"
 
 A ledger, read off the code: for each phase of a denoising step that can hold the most, the
@@ -29,9 +29,9 @@ The peak is the largest phase; it falls as 1/P because every term is per local t
 
 from __future__ import annotations
 
-from cpcourse.dist import shard_sizes
 from cpcourse.ring import AGREED_CALLS
 from cpcourse.support.errors import require
+from cpcourse.support.groups import shard_sizes
 
 
 def phase_elements(cfg, shape, world: int, rank: int, temporal_method: str = "all_to_all",

@@ -1,6 +1,6 @@
 """FlashAttention's tiling: what one thread block holds on chip, and what stays in HBM.
 
-    python -m cpcourse.flash_tiles        # FA2's tile sizes per head dim, one head's bytes
+    python -m cpcourse.planner.flash_tiles        # FA2's tile sizes per head dim, one head's bytes
 
 FlashAttention-2's forward kernel gives each thread block one block of `Br` query rows (the
 code's kBlockM) and streams K and V through it in blocks of `Bc` rows (kBlockN), the loop of
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.costs import dtype_bytes, memory
+from cpcourse.planner.costs import dtype_bytes, memory
 from cpcourse.support.errors import InputError, positive_int
 
 # Read from FlashAttention-2's own dispatch, csrc/flash_attn/src/flash_fwd_launch_template.h of

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.hardware import get_gpu, get_link
+from cpcourse.planner.hardware import get_gpu, get_link
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
 
 DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
@@ -27,7 +27,8 @@ def dtype_bytes(dtype: str) -> int:
 
 def split_sizes(length: int, world: int) -> list[int]:
     """`length` items over `world` ranks like torch.tensor_split: the first length % world get
-    one more. No checks: ranks may hold nothing (`cpcourse.dist.shard_sizes` allows that)."""
+    one more. No checks: ranks may hold nothing (`cpcourse.support.groups.shard_sizes` allows
+    that)."""
     base, extra = divmod(length, world)
     return [base + (1 if r < extra else 0) for r in range(world)]
 

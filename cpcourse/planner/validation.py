@@ -18,11 +18,11 @@ import statistics
 from functools import lru_cache
 from importlib import resources
 
-from cpcourse.hardware import get_gpu
 from cpcourse.mesh import Layout
-from cpcourse.plan import plan
+from cpcourse.planner.hardware import get_gpu
+from cpcourse.planner.plan import plan
+from cpcourse.planner.tokens import holdout_runs, published_runs
 from cpcourse.support.errors import require
-from cpcourse.tokens import holdout_runs, published_runs
 
 
 def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:

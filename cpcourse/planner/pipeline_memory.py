@@ -5,8 +5,9 @@ the VAE decode's working set, phase by phase.
 
 A pipeline runs in three phases and a GPU's peak is the largest of them:
     encode    the text encoder runs
-    denoise   the transformer's steps: its weights, activations and buffers (cpcourse.deployment)
-    decode    the VAE turns latents into frames: its weights and its working set, on the GPUs
+    denoise   the transformer's steps: its weights, activations and buffers
+    (cpcourse.planner.deployment) decode    the VAE turns latents into frames: its weights and its
+    working set, on the GPUs
               that decode (Wan: rank 0 only; HunyuanVideo: every rank), so on the busiest GPU
 What stays on the GPU through the phases is how the pipeline is run (`Residency`):
     resident          everything stays (diffusers' pipelines; Wan's and HunyuanVideo's
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 
-from cpcourse.fixed_costs import TEXT_ENCODERS, vae_family
+from cpcourse.planner.fixed_costs import TEXT_ENCODERS, vae_family
 
 BF16 = 2
 # bytes per parameter (transformer, text encoder, VAE) in each model's released code

@@ -32,7 +32,8 @@ def facts() -> dict:
 def published_runs() -> dict:
     """Published multi-GPU generation times for planner validation ("about" and "runs"), shipped
     with the package: an unchanged copy of the facts sheet's published_runs.json. Each run names
-    its GPU by an id `cpcourse.hardware.get_gpu` accepts (h100, h20, h800, a800, l20, rtx4090)."""
+    its GPU by an id `cpcourse.planner.hardware.get_gpu` accepts (h100, h20, h800, a800, l20,
+    rtx4090)."""
     text = resources.files("cpcourse").joinpath("data/published_runs.json").read_text()
     return json.loads(text)
 

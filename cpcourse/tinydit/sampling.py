@@ -7,7 +7,8 @@ conditional and unconditional passes run as one batch of 2B, v = v_uncond + cfg 
 v_uncond). Noise is drawn for the whole video from the seed on every rank and each rank keeps its
 frames, so the sample does not depend on P. `generate_rank` is what each rank of `cpcourse
 generate` runs (see `cpcourse.cli.generate`): its frames of the sample, its peak tensor memory
-(`cpcourse.memory`) beside `cpcourse.dit_costs.predicted_peak_bytes`, and its time per step.
+(`cpcourse.support.peak_memory`) beside `cpcourse.tinydit.costs.predicted_peak_bytes`, and its time
+per step.
 """
 
 from __future__ import annotations
@@ -16,8 +17,15 @@ import time
 
 import torch
 
-from cpcourse.dit import CPContext, DiTConfig, build_model, load_weights, patchify, unpatchify
 from cpcourse.mesh import cfg_branch, cfg_combine
+from cpcourse.tinydit.model import (
+    CPContext,
+    DiTConfig,
+    build_model,
+    load_weights,
+    patchify,
+    unpatchify,
+)
 from cpcourse.video import frame_offset
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
@@ -102,8 +110,8 @@ def generate_rank(spec: dict) -> dict:
     """What each rank runs under `cpcourse.launch`: its frames of the sample, peak memory, times."""
     import torch.distributed as dist
 
-    from cpcourse.dit_costs import predicted_peak_bytes
-    from cpcourse.memory import peak_memory
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.costs import predicted_peak_bytes
 
     rank, world = dist.get_rank(), dist.get_world_size()
     model = spec_model(spec)
@@ -134,11 +142,11 @@ def generate_mesh_rank(spec: dict) -> dict:
     """
     import torch.distributed as dist
 
-    from cpcourse.dit_costs import predicted_bytes_per_step
-    from cpcourse.memory import peak_memory
     from cpcourse.mesh import Layout, bytes_by_dim, cp_coords, make_mesh
     from cpcourse.support.bytecount import count_bytes
+    from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tensor_parallel import tensor_parallel
+    from cpcourse.tinydit.costs import predicted_bytes_per_step
 
     layout = Layout(**spec["layout"])
     rank = dist.get_rank()

@@ -1,6 +1,6 @@
 """The article the course grew from, audited: each figure it states, recomputed by cpcourse.
 
-    python -m cpcourse.viz.seed            # prints the audit as a table
+    python -m cpcourse.viz.article_audit            # prints the audit as a table
 
 `ARTICLE` holds the figures the article states (its claims, so they are typed on purpose);
 everything else is computed here from the calculators. A verdict compares the article's figure
@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import sys
 
-from cpcourse.costs import attention_flops, comm, memory, shard_sizes
-from cpcourse.hardware import get_gpu, get_link
-from cpcourse.tokens import facts, get_model, model_tokens, video_tokens
+from cpcourse.planner.costs import attention_flops, comm, memory, shard_sizes
+from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.tokens import facts, get_model, model_tokens, video_tokens
 from cpcourse.viz import fmt
 
 # The article's worked example: a 720p clip of 5 s at 24 fps, an 8x VAE and 2x2 patches, a DiT

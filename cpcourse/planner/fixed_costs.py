@@ -34,7 +34,7 @@ import statistics
 from functools import lru_cache
 from importlib import resources
 
-from cpcourse.hardware import get_gpu
+from cpcourse.planner.hardware import get_gpu
 
 # Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
 TEXT_ENCODERS = {
@@ -80,7 +80,7 @@ def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> f
 
 def measured_share(m: dict) -> float:
     """The share of its GPU's bf16 peak that one measured decode reached."""
-    from cpcourse.tokens import model_tokens
+    from cpcourse.planner.tokens import model_tokens
 
     tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
     flops = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)
