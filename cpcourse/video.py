@@ -33,16 +33,13 @@ from cpcourse.attention import attention_with_lse
 from cpcourse.support.errors import require
 from cpcourse.support.groups import (
     agree,
-    check_rank,
     comm_device,
     forward_only,
     gather_uneven,
     require_group,
-    shard,
-    shard_offsets,
-    shard_sizes,
     tracked,
 )
+from cpcourse.support.shards import check_rank, shard, shard_offsets, shard_sizes
 
 TEMPORAL_METHODS = ("all_to_all", "ring")
 FULL_METHODS = ("ring", "ulysses")

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
-# stub-sha256: 523be42c14a854f4 (how the generator tells your edits from its output)
+# stub-sha256: 4c36e82d00771949 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 06, video tokens and temporal CP: split a video along time.
 
@@ -17,7 +17,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.ring import ring_attention
-from cpcourse.support.groups import agree, all_gather_single, require_group, shard_sizes
+from cpcourse.support.groups import agree, all_gather_single, require_group
+from cpcourse.support.shards import shard_sizes
 
 
 def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:

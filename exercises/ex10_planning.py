@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex10_planning.py by tools/make_exercises.py
-# stub-sha256: c9e0096d40891730 (how the generator tells your edits from its output)
+# stub-sha256: 55196453c0e5249e (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 10, planning a real deployment: three pieces of the planner, by you.
 
@@ -27,10 +27,10 @@ def forward_compute_seconds(model, tok, layout, block_params: float, matmul_flop
 
     model: a `cpcourse.planner.tokens.ModelPreset` (`hidden`, `layers`, `text_joint`); tok: a
     `cpcourse.planner.tokens.TokenCount` (`sequence_length` N: the tokens self-attention runs over,
-    the text included where it is joined; `text_tokens` N_text); layout: a `cpcourse.mesh.Layout`;
-    block_params: the parameters of the blocks one token meets (an MoE counts one expert);
-    matmul_flops, attention_flops: the FLOP/s this GPU reaches in matmuls and in its attention
-    kernel.
+    the text included where it is joined; `text_tokens` N_text); layout: a
+    `cpcourse.support.layout.Layout`; block_params: the parameters of the blocks one token meets
+    (an MoE counts one expert); matmul_flops, attention_flops: the FLOP/s this GPU reaches in
+    matmuls and in its attention kernel.
 
     On ONE GPU, batch 1, a forward costs
       linear     2 FLOPs per parameter per token: 2 N block_params. Except, in a model that
@@ -66,8 +66,8 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
 
     n: the tokens this GPU holds (its share of the sequence, as in exercise 10.1); hidden: the
     model's width (all heads together); layers: its self-attention layers; layout: a
-    `cpcourse.mesh.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of the link
-    the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
+    `cpcourse.support.layout.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of
+    the link the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
     Every tensor is bf16 (2 bytes an element); tp splits each tensor's channels T ways.
       ulysses  per layer four all-to-alls (q, k and v before the attention, its output after);
                in each, a GPU keeps 1/U of its n x hidden / T tensor and sends the rest. The
@@ -96,11 +96,11 @@ def hunyuan_accepts(height: int, width: int, layout) -> bool:
     None`.
 
     height, width: pixels, multiples of 16 (its VAE shrinks each side 8 times, then 2 x 2
-    patches: one token per 16 x 16 pixels); layout: a `cpcourse.mesh.Layout` of at most 64 GPUs
-    (the sequence, 256 text tokens at least, always has more tokens than ranks). HunyuanVideo
-    has 24 heads and is guidance-distilled: one forward per denoising step. A layout is refused
-    when (1) it asks for a CFG pair; (2) Ulysses and TP together cannot split the heads evenly;
-    (3) its sequence-parallel ranks (the ring and Ulysses ranks together) divide neither the
+    patches: one token per 16 x 16 pixels); layout: a `cpcourse.support.layout.Layout` of at most
+    64 GPUs (the sequence, 256 text tokens at least, always has more tokens than ranks).
+    HunyuanVideo has 24 heads and is guidance-distilled: one forward per denoising step. A layout
+    is refused when (1) it asks for a CFG pair; (2) Ulysses and TP together cannot split the heads
+    evenly; (3) its sequence-parallel ranks (the ring and Ulysses ranks together) divide neither the
     rows of the latent token grid nor its columns: HunyuanVideo's own code (hyvideo/inference.py)
     splits the rows when it can, else the columns. (Its own code offers Ulysses and the ring
     only; the planner also allows TP, which an engine can add, under rules (2) and (3).)

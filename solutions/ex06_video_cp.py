@@ -14,7 +14,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.ring import ring_attention
-from cpcourse.support.groups import agree, all_gather_single, require_group, shard_sizes
+from cpcourse.support.groups import agree, all_gather_single, require_group
+from cpcourse.support.shards import shard_sizes
 
 
 def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:

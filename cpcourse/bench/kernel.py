@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from cpcourse.support.dtypes import torch_dtype
 from cpcourse.support.errors import (
     ArgumentParser,
     InputError,
@@ -35,7 +36,7 @@ from cpcourse.support.errors import (
     require,
 )
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = ("fp32", "bf16", "fp16")
 TARGET_RATIO = 0.95
 _GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "B200": "b200"}
 
@@ -178,10 +179,10 @@ def run(args) -> dict:
 
     from cpcourse.attention import attention_backend
 
-    probe = torch.empty(1, 1, 1, args.head_dim, device=device, dtype=DTYPES[dtype_name])
+    probe = torch.empty(1, 1, 1, args.head_dim, device=device, dtype=torch_dtype(dtype_name))
     once = _timer(device)
     load_before = _load()
-    rows = [_bench_length(n, args, DTYPES[dtype_name], device, once) for n in lengths]
+    rows = [_bench_length(n, args, torch_dtype(dtype_name), device, once) for n in lengths]
     result = {
         "device": device, "dtype": dtype_name, "batch": args.batch, "heads": args.heads,
         "head_dim": args.head_dim, "threads": torch.get_num_threads(), "repeats": args.repeats,

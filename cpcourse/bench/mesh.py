@@ -35,7 +35,7 @@ def _spec(frames: int, size: int, hidden: int, depth: int, steps: int) -> dict:
 
 def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
     """Every rank: each layout `repeats` times; its frames, best sampling time and bytes."""
-    from cpcourse.mesh import Layout
+    from cpcourse.support.layout import Layout
     from cpcourse.tinydit.sampling import generate_mesh_rank
 
     out = []
@@ -53,13 +53,14 @@ def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
 
 
 def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor]:
-    from cpcourse.tinydit.sampling import DTYPES, initial_noise, sample, spec_model
+    from cpcourse.support.dtypes import torch_dtype
+    from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         model = spec_model(spec)
-        noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+        noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
         best, out = None, None
         for _ in range(repeats):
             t0 = time.perf_counter()

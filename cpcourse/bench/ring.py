@@ -91,8 +91,8 @@ def bench_rank(spec: dict) -> dict:
 
     from cpcourse.attention import attention_with_lse
     from cpcourse.ring import ring_attention
-    from cpcourse.support.groups import shard
     from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.support.shards import shard
     from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()

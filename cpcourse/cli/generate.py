@@ -52,7 +52,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     """Sample on `nproc` processes.
 
     `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
-    `cpcourse.mesh.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
+    `cpcourse.support.layout.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
     ulysses x tp, the frames split over ring x ulysses, attention by USP.
 
     Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
@@ -105,7 +105,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
         require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
         cond = label
     if layout is not None:
-        from cpcourse.mesh import check_layout
+        from cpcourse.support.layout import check_layout
 
         check_layout(layout, nproc, cfg.heads)
     elif cfg.attention == "full" and full_method == "ulysses":  # found before start-up
@@ -172,7 +172,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
 
 
 def _layout(layout, nproc: int):
-    from cpcourse.mesh import Layout
+    from cpcourse.support.layout import Layout
 
     layout = Layout.parse(layout) if isinstance(layout, str) else layout
     require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
@@ -264,7 +264,7 @@ def main(argv: list[str]) -> int:
         check_out("--save", args.save)
     layout = None
     if args.layout is not None:
-        from cpcourse.mesh import Layout
+        from cpcourse.support.layout import Layout
 
         for flag, val in (("--temporal", args.temporal), ("--full", args.full)):
             require(val is None, f"{flag} is for plain CP: under --layout attention runs USP "

@@ -2,10 +2,10 @@
 
     cpcourse plan --model hunyuanvideo-13b --gpus 8 --gpu h100 --layout ulysses=8 --json
 
-`cost(...)` prices a `cpcourse.mesh.Layout` (cfg x ring x ulysses x tp) term by term. Every rate
-is a GPU's peak times a share measured elsewhere (the facts sheet names where); every volume is
-counted from what the code of the real systems sends. Nothing is fitted to the published runs
-that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
+`cost(...)` prices a `cpcourse.support.layout.Layout` (cfg x ring x ulysses x tp) term by term.
+Every rate is a GPU's peak times a share measured elsewhere (the facts sheet names where); every
+volume is counted from what the code of the real systems sends. Nothing is fitted to the published
+runs that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
 the N tokens, the model's `hidden` split over T tp ranks:
     linear     2 n P_tok / T FLOPs (P_tok: the block weights a video token meets; a cross-
                attention's K/V weights meet the text, 2 N_text (2 hidden^2) per layer, instead)
@@ -41,13 +41,15 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.mesh import Layout
+from cpcourse.planner.facts import facts
 from cpcourse.planner.fixed_costs import fixed_seconds
 from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
-from cpcourse.planner.tokens import facts, get_model
+from cpcourse.planner.tokens import get_model
+from cpcourse.support.dtypes import nbytes
+from cpcourse.support.layout import Layout
 
-BYTES = 2  # bf16 weights and activations
+BYTES = nbytes("bf16")  # bf16 weights and activations
 # One fold of a ring block into the running fp32 output, as an in-place merge does it (e.g.
 # ring-flash-attn's out -= sigmoid(block_lse - lse) * (out - block_out)): the block's bf16 out
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read

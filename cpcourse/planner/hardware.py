@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cpcourse.planner.tokens import facts
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError
 
 

@@ -3,24 +3,24 @@
     cpcourse plan --model hunyuanvideo-13b --height 720 --width 1280 --frames 129 --gpus 8
     cpcourse plan --model wan2.1-t2v-14b --gpus 8 --gpu h800 --layout ulysses=8 --json
 
-Every layout of the GPUs (`cpcourse.mesh.layouts`) is checked against the model's rules (heads
-divisible by ulysses x tp, one forward per step for a guidance-distilled model, HunyuanVideo's
-split of the latent height or else width) and costed by `cpcourse.planner.deployment.cost`. The
-fastest valid layout that fits wins; layouts within 2% of it are named as a tie, never explained as
-a reasoned choice. `cpcourse.planner.validation` checks the planner against published runs
-(`cpcourse plan --validate`) and gives its track record on the runs nearest to a plan, which
-the command line prints with every answer.
+Every layout of the GPUs (`cpcourse.support.layout.layouts`) is checked against the model's rules
+(heads divisible by ulysses x tp, one forward per step for a guidance-distilled model,
+HunyuanVideo's split of the latent height or else width) and costed by
+`cpcourse.planner.deployment.cost`. The fastest valid layout that fits wins; layouts within 2% of
+it are named as a tie, never explained as a reasoned choice. `cpcourse.planner.validation` checks
+the planner against published runs (`cpcourse plan --validate`) and gives its track record on the
+runs nearest to a plan, which the command line prints with every answer.
 """
 
 from __future__ import annotations
 
-from cpcourse.mesh import Layout, layouts
 from cpcourse.planner.costs import MAX_GPUS
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
 from cpcourse.planner.tokens import get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
+from cpcourse.support.layout import Layout, layouts
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 

@@ -11,39 +11,13 @@ and configs (the `src` of each preset names the files).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
 
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
-
-
-@lru_cache(maxsize=1)
-def facts() -> dict:
-    """The sourced facts sheet shipped with the package (models, GPUs, links, blog claims)."""
-    text = resources.files("cpcourse").joinpath("data/video_models_and_hardware.json").read_text()
-    return json.loads(text)
-
-
-@lru_cache(maxsize=1)
-def published_runs() -> dict:
-    """Published multi-GPU generation times for planner validation ("about" and "runs"), shipped
-    with the package: an unchanged copy of the facts sheet's published_runs.json. Each run names
-    its GPU by an id `cpcourse.planner.hardware.get_gpu` accepts (h100, h20, h800, a800, l20,
-    rtx4090)."""
-    text = resources.files("cpcourse").joinpath("data/published_runs.json").read_text()
-    return json.loads(text)
-
-
-def holdout_runs() -> dict:
-    """Published runs in `published_runs`' format that the course found later and keeps out of
-    the validation set, to check that the planner carries over (xDiT's HunyuanVideo 960x960
-    table); each notes which code ran it and where a time repeats another table's."""
-    text = resources.files("cpcourse").joinpath("data/published_runs_holdout.json").read_text()
-    return json.loads(text)
 
 
 @dataclass(frozen=True)

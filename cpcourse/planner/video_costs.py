@@ -17,7 +17,7 @@ q, k, v and the output once, and only the (P-1)/P of it that belongs elsewhere.
 from __future__ import annotations
 
 from cpcourse.support.errors import positive_int, require
-from cpcourse.support.groups import shard_sizes
+from cpcourse.support.shards import shard_sizes
 
 
 def _check(rank: int, world: int) -> None:

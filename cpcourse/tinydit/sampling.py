@@ -18,6 +18,7 @@ import time
 import torch
 
 from cpcourse.mesh import cfg_branch, cfg_combine
+from cpcourse.support.dtypes import torch_dtype
 from cpcourse.tinydit.model import (
     CPContext,
     DiTConfig,
@@ -28,7 +29,7 @@ from cpcourse.tinydit.model import (
 )
 from cpcourse.video import frame_offset
 
-DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+DTYPES = ("fp32", "fp64")  # what sampling runs in (`cpcourse.support.dtypes` spellings)
 
 
 def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
@@ -93,7 +94,7 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
 def spec_model(spec: dict):
     """The model a `cpcourse generate` spec names: trained weights from a file, else the seeded
     random DiT (the same on every rank, no broadcast needed)."""
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     if spec.get("weights"):
         return load_weights(spec["weights"], dtype)[0]
     return build_model(DiTConfig(**spec["model"]), spec["weight_seed"], dtype)
@@ -102,7 +103,7 @@ def spec_model(spec: dict):
 def single_process_sample(spec: dict) -> torch.Tensor:
     """The reference: the same spec sampled in this process, whole video, no process group."""
     model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
     return sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
 
 
@@ -116,7 +117,7 @@ def generate_rank(spec: dict) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     model = spec_model(spec)
     cfg = model.cfg
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     b, c, t, hl, wl = spec["shape"]
     noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), world,
                                dim=2)[rank].contiguous()
@@ -142,11 +143,12 @@ def generate_mesh_rank(spec: dict) -> dict:
     """
     import torch.distributed as dist
 
-    from cpcourse.mesh import Layout, bytes_by_dim, cp_coords, make_mesh
+    from cpcourse.mesh import bytes_by_dim, cp_coords, make_mesh
     from cpcourse.support.bytecount import count_bytes
+    from cpcourse.support.layout import Layout
     from cpcourse.support.peak_memory import peak_memory
-    from cpcourse.tensor_parallel import tensor_parallel
     from cpcourse.tinydit.costs import predicted_bytes_per_step
+    from cpcourse.tinydit.tp import tensor_parallel
 
     layout = Layout(**spec["layout"])
     rank = dist.get_rank()
@@ -155,7 +157,7 @@ def generate_mesh_rank(spec: dict) -> dict:
     mesh = make_mesh(**layout.as_dict(), heads=cfg.heads)
     if layout.tp > 1:
         tensor_parallel(model, mesh.get_group("tp"))
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     b, c, t, hl, wl = spec["shape"]
     cp_rank, cp_world = cp_coords(mesh)
     noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), cp_world,

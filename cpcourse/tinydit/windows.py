@@ -29,7 +29,8 @@ import torch.distributed as dist
 
 from cpcourse.support.bytecount import count_bytes
 from cpcourse.support.errors import require
-from cpcourse.support.groups import shard_offsets, shard_sizes, tracked
+from cpcourse.support.groups import tracked
+from cpcourse.support.shards import shard_offsets, shard_sizes
 from cpcourse.tinydit.model import CPContext, patchify, unpatchify
 from cpcourse.tinydit.sampling import _labels, initial_noise
 from cpcourse.video import gather_frames
@@ -206,11 +207,12 @@ def boundaries(frames: int, window: int, stride: int) -> list[int]:
 
 def windows_rank(spec: dict) -> dict:
     """What each rank of `cpcourse generate --window` runs: the sample, memory, times, bytes."""
+    from cpcourse.support.dtypes import torch_dtype
     from cpcourse.support.peak_memory import peak_memory
-    from cpcourse.tinydit.sampling import DTYPES, spec_model
+    from cpcourse.tinydit.sampling import spec_model
 
     model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
     if spec.get("noise") == "freenoise":
         noise = reschedule_noise(noise, spec["window"], spec["stride"], spec["seed"])
     stats: dict = {}

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
 from cpcourse.sim import block_grid
-from cpcourse.support.groups import shard_sizes
+from cpcourse.support.shards import shard_sizes
 
 _BLOCKS = colormaps["tab10"]
 _KIND = {"compute": "#4c72b0", "comm": "#dd8452"}

@@ -19,7 +19,7 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from cpcourse.support.errors import require
-from cpcourse.support.groups import shard_offsets, shard_sizes
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 _RANKS = colormaps["tab10"]
 

@@ -2,7 +2,7 @@
 
     python -m cpcourse.viz.video artifacts     # writes the layout and byte-model figures as PNG
 
-Every number drawn comes from `cpcourse` (the split from `cpcourse.support.groups.shard_sizes`,
+Every number drawn comes from `cpcourse` (the split from `cpcourse.support.shards.shard_sizes`,
 bytes from `cpcourse.course.video_lab` / `cpcourse.planner.video_costs`, memory from
 `cpcourse.tinydit.sampling`). Figures are matplotlib `Figure` objects built without pyplot.
 """
@@ -16,7 +16,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from cpcourse.support.groups import shard_sizes
+from cpcourse.support.shards import shard_sizes
 from cpcourse.viz import fmt
 
 _RANK_COLORS = colormaps["tab10"]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cpcourse.launch import launch
-from cpcourse.mesh import Layout
+from cpcourse.support.layout import Layout
 from cpcourse.tinydit.model import DiTConfig
 from cpcourse.tinydit.sampling import mesh_shards, single_process_sample
 
@@ -77,7 +77,7 @@ def _torch_tp_vs_ours() -> float:
         parallelize_module,
     )
 
-    from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, _span
+    from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, span
 
     gen = torch.Generator().manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
@@ -88,7 +88,7 @@ def _torch_tp_vs_ours() -> float:
     mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("tp",))
     group = mesh.get_group("tp")
     rank = mesh.get_local_rank("tp")
-    cols = _span(32, rank, 4)
+    cols = span(32, rank, 4)
     ours = torch.nn.Sequential(ColumnParallelLinear(mlp[0], cols), torch.nn.GELU(),
                                RowParallelLinear(mlp[2], cols, group))
     with torch.no_grad():

@@ -53,7 +53,7 @@ def cp_cases(cases):
     from cpcourse.attention import reference_attention
     from cpcourse.ring import ring_attention
     from cpcourse.support.errors import InputError
-    from cpcourse.support.groups import shard
+    from cpcourse.support.shards import shard
     from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -146,7 +146,7 @@ def _remembered_agreement(world: int) -> list[dict]:
     import cpcourse.ring as ring
     from cpcourse.attention import reference_attention
     from cpcourse.support.errors import InputError
-    from cpcourse.support.groups import shard
+    from cpcourse.support.shards import shard
 
     rank = dist.get_rank()
     agreements = []

@@ -14,7 +14,7 @@ import torch
 from cpcourse.attention import attention_with_lse, reference_attention
 from cpcourse.course.testing import assert_close
 from cpcourse.models import build, example_inputs
-from cpcourse.support.groups import shard_offsets, shard_sizes
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 pytest.importorskip("diffusers")
 

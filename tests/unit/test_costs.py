@@ -87,5 +87,5 @@ def test_bad_input(call, words):
 def test_shards_like_tensor_split(n, p):
     if p > n:
         return
-    sizes = costs.shard_sizes(n, p)
+    sizes = costs.planned_shard_sizes(n, p)
     assert sizes == [len(s) for s in torch.arange(n).tensor_split(p)]

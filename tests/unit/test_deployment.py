@@ -9,20 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cpcourse.mesh import Layout
 from cpcourse.planner.deployment import MERGE_BYTES_PER_ELEMENT, all_reduces_per_forward, cost
-from cpcourse.planner.fixed_costs import (
-    measured_share,
-    vae_decode_flops,
-    vae_flops_table,
-    vae_measurements,
-    vae_share,
-)
+from cpcourse.planner.facts import facts, published_runs, vae_flops_table, vae_measurements
+from cpcourse.planner.fixed_costs import measured_share, vae_decode_flops, vae_share
 from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.planner.plan import plan, validity
-from cpcourse.planner.tokens import facts, model_tokens, published_runs
+from cpcourse.planner.tokens import model_tokens
 from cpcourse.planner.validation import validate
 from cpcourse.support.errors import InputError
+from cpcourse.support.layout import Layout
 
 WAN, HY = "wan2.1-t2v-14b", "hunyuanvideo-13b"
 
@@ -200,7 +195,7 @@ def test_the_track_record_is_the_nearest_published_runs():
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():
     """The held-out table (found after the set was fixed) is reported on its own, with the
     same keys, each row predicted with its own layout; none of it leaks into the set's error."""
-    from cpcourse.planner.tokens import holdout_runs
+    from cpcourse.planner.facts import holdout_runs
 
     v = validate()
     held = holdout_runs()["runs"]

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from cpcourse.planner import costs, hardware
+from cpcourse.planner.facts import facts, published_runs
 from cpcourse.planner.plan import plan
-from cpcourse.planner.tokens import facts, get_model, published_runs
+from cpcourse.planner.tokens import get_model
 from cpcourse.support.errors import InputError
 from cpcourse.viz.article_audit import tp_across_nodes
 

@@ -17,7 +17,7 @@ from cpcourse.models.processors import _text_keep
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
 from cpcourse.models.sampler import sample
 from cpcourse.support.errors import InputError
-from cpcourse.support.groups import shard_offsets, shard_sizes
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 pytest.importorskip("diffusers")
 

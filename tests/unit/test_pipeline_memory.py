@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from cpcourse.planner.facts import facts, published_runs
 from cpcourse.planner.pipeline_memory import (
     Residency,
     decode_working_bytes,
@@ -16,7 +17,7 @@ from cpcourse.planner.pipeline_memory import (
     vae_params,
 )
 from cpcourse.planner.plan import plan
-from cpcourse.planner.tokens import facts, model_tokens, published_runs
+from cpcourse.planner.tokens import model_tokens
 from cpcourse.planner.validation import how_run, validate
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
@@ -31,12 +32,12 @@ def _working(tok, family_coeffs, scale):
 
 
 def test_each_phase_by_hand():
-    from cpcourse.planner.pipeline_memory import _vae_memory
+    from cpcourse.planner.facts import vae_memory_table
 
     tok = model_tokens(WAN, 720, 1280, 81)
     w, loop = 7e9, 1e9  # the transformer's weights on a GPU and the loop's bytes, as given
     te, vae = 5.7e9 * 2 / 8, vae_params(WAN) * 4  # T5 bf16 over 8 FSDP shards; VAE in float32
-    work = _working(tok, _vae_memory()["wan2.1"]["peak_bytes"], 1.0)  # derived in float32
+    work = _working(tok, vae_memory_table()["wan2.1"]["peak_bytes"], 1.0)  # derived in float32
     got = phases(WAN, tok, transformer=w, loop=loop, shards=8, released=True,
                  residency=Residency())
     assert got["phases"] == {"encode": int(w + te + vae), "denoise": int(w + te + vae + loop),
@@ -107,9 +108,9 @@ def test_decode_memory_file_is_what_diffusers_holds():
         d = torch.empty(3000, device="meta")  # 4,000 + 4,000 + 12,000
         del b, c, d, e
     assert m.peak == 20_000 and m.now == 0
-    from cpcourse.planner.pipeline_memory import _vae_memory
+    from cpcourse.planner.facts import vae_memory_table
 
-    fam = _vae_memory()["wan2.1"]
+    fam = vae_memory_table()["wan2.1"]
     assert peak_bytes(fam["class"], fam["latent_channels"], fam["dtype"], fam["tiling"],
                       SHAPES[0]) == fam["points"][0]["peak_bytes"]
     for pt in fam["points"]:  # the three coefficients pass through every derived point

@@ -8,9 +8,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cpcourse.planner import tokens
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError
 
-FACTS = tokens.facts()
+FACTS = facts()
 
 
 @pytest.mark.parametrize("m", FACTS["models"], ids=lambda m: m["id"])

@@ -155,7 +155,7 @@ def test_api_misuse_is_an_input_error(call):
 
 def test_shard_and_merge_misuse_is_an_input_error():
     from cpcourse import attention
-    from cpcourse.support import groups as dist
+    from cpcourse.support import shards as dist
 
     for call in (lambda: dist.shard(torch.randn(1, 2, 5, 4), -1, 2),
                  lambda: dist.shard(None, 0, 1),

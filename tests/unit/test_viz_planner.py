@@ -13,9 +13,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cpcourse.mesh import Layout  # noqa: E402
 from cpcourse.planner.validation import validate  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
+from cpcourse.support.layout import Layout  # noqa: E402
 from cpcourse.viz import planner as vp  # noqa: E402
 
 
