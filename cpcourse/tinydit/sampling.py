@@ -138,7 +138,7 @@ def generate_mesh_rank(spec: dict) -> dict:
 
     Each rank samples the frames of its cp rank (ring x ulysses) for its cfg branch with its
     tp share of the heads; it returns them with its mesh coordinates and the bytes it sent per
-    mesh dim during sampling, measured, beside `dit_costs.predicted_bytes_per_step`.
+    mesh dim during sampling, measured, beside `tinydit.costs.predicted_bytes_per_step`.
     `spec["measure_memory"] = False` skips the peak-memory tracking (it slows every op).
     """
     import torch.distributed as dist
