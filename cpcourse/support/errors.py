@@ -23,7 +23,7 @@ def require(ok: bool, message: str) -> None:
 
 
 def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
-    """Return `value` as an int, or raise an `InputError` naming the flag to fix."""
+    """Return `value` as an int, or raise an `InputError` naming the parameter `name` to fix."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise InputError(f"{name} must be a whole number, got {value!r}")
     value = int(value)
