@@ -139,7 +139,9 @@ def test_the_checks_can_fail():
 CONTRACT = ["cpcourse.attention:attention_with_lse", "cpcourse.attention:merge_attention",
             "cpcourse.ring:ring_attention", "cpcourse.ulysses:ulysses_attention",
             "cpcourse.launch:launch", "cpcourse.video:frame_shard", "cpcourse.video:gather_frames",
-            "cpcourse:check",
+            "cpcourse.video:temporal_attention_cp", "cpcourse.video:full_attention_cp",
+            "cpcourse.video:spatial_attention", "cpcourse.models:parallelize",
+            "cpcourse.mesh:make_mesh", "cpcourse:check", "cpcourse:hint",
             "cpcourse:exercise", "cpcourse:use_reference", "cpcourse:load_ipython_extension",
             "cpcourse.course:exercise", "cpcourse.course:use_reference", "cpcourse.cli:main"]
 
