@@ -1,5 +1,6 @@
 """Attention on one device: the float64 reference, the fastest fused kernel, and the lse merge.
 
+    python -m cpcourse.attention         # the memory wall: naive vs fused peak memory, measured
     python -m pytest tests/unit/test_attention.py -q
 
 Layout everywhere: q `[B, H, Lq, D]`, k `[B, H, Lk, D]`, v `[B, H, Lk, Dv]`, out `[B, H, Lq, Dv]`,
@@ -127,7 +128,8 @@ def reference_attention(q, k, v, scale=None):
     Computes in float64 for float64 inputs and in float32 otherwise; returns `(out, lse)` with
     out `[B, H, Lq, Dv]` in the input dtype and lse `[B, H, Lq]` (float32, float64 for float64).
     Memory: exactly one `Lq x Lk` score matrix per head (the softmax runs in place on it), the
-    wall the fused kernels remove; `cpcourse.memory` measures it against the cost model.
+    wall the fused kernels remove; `cpcourse.support.peak_memory` measures it against the cost
+    model.
     """
     _check_qkv(q, k, v)
     if k.shape[2] == 0 or q.shape[2] == 0:
@@ -331,3 +333,21 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     part_a = torch.where(w_a > 0, out_a.to(acc), 0.0)
     part_b = torch.where(w_b > 0, out_b.to(acc), 0.0)
     return w_a * part_a + w_b * part_b, lse
+
+
+def _demo() -> None:
+    """Peak memory of naive and fused attention at a few lengths (notebook 01's memory wall)."""
+    from cpcourse.support.peak_memory import peak_memory
+
+    print(f"{'L':>6} {'naive MB':>10} {'L*L*4*H MB':>11} {'fused MB':>9}")
+    for length in (512, 1024, 2048, 4096):
+        q = torch.randn(1, 4, length, 64)
+        with torch.no_grad():
+            _, naive = peak_memory(reference_attention, q, q, q)
+            _, fused = peak_memory(attention_with_lse, q, q, q)
+        print(f"{length:6d} {naive / 1e6:10.1f} {length * length * 16 / 1e6:11.1f} "
+              f"{fused / 1e6:9.2f}")
+
+
+if __name__ == "__main__":
+    _demo()

@@ -16,8 +16,8 @@ Modes (all give the same result up to rounding):
     "blocking"  compute, then exchange: the communication time adds up in full
     "allgather" all-gather every K/V shard up front (padded to the longest shard), then one
                 attention call over the whole sequence: Llama 3's choice, P x the K/V memory
-Before any transfer the ranks all-gather their shapes and dtypes (`cpcourse.dist.agree`), so
-inputs that disagree raise the same InputError on every rank instead of hanging. While shapes
+Before any transfer the ranks all-gather their shapes and dtypes (`cpcourse.support.groups.agree`),
+so inputs that disagree raise the same InputError on every rank instead of hanging. While shapes
 stay the same from call to call, the ring skips that all-gather and flags changes in its own
 messages instead (see `ring_attention`).
 """
@@ -32,7 +32,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import _scale, accumulator_dtype, attention_with_lse
-from cpcourse.dist import (
+from cpcourse.support.errors import require
+from cpcourse.support.groups import (
     agree,
     all_gather_single,
     forward_only,
@@ -40,7 +41,6 @@ from cpcourse.dist import (
     require_group,
     tracked,
 )
-from cpcourse.support.errors import require
 
 MODES = ("overlap", "blocking", "allgather")
 
@@ -234,7 +234,7 @@ class _Agreement:
 # a ProcessGroup hashes by identity, so a new group never finds an old group's agreement.
 _AGREED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # So a group's first AGREED_CALLS ring calls of one shape agree (the second confirms the
-# first); later ones carry the flag. `cpcourse.dit_costs` counts the flag bytes from this.
+# first); later ones carry the flag. `cpcourse.tinydit.costs` counts the flag bytes from this.
 AGREED_CALLS = 2
 
 

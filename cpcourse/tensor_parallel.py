@@ -1,4 +1,4 @@
-"""Tensor parallelism (Megatron-style) for the DiT's blocks: heads and MLP columns over tp ranks.
+"""Tensor parallelism (Megatron-style): a block's heads and MLP columns split over tp ranks.
 
     cpcourse generate --nproc 2 --layout tp=2 --compare --json
 
@@ -22,6 +22,9 @@ Why these layers and not torch's `parallelize_module` with `ColwiseParallel`/`Ro
    head split takes rows {q, k, v} x {this rank's heads}: an index, not a slice.
 2. DTensor's all-reduce runs through functional collectives, which `count_bytes` (it wraps the
    calls of torch.distributed) does not see; the course measures every byte it reports.
+
+The layers here are generic; each model family applies them to its own blocks:
+`cpcourse.tinydit.tp` (the course's tiny DiT) and `cpcourse.models.tp` (diffusers' Wan).
 """
 
 from __future__ import annotations
@@ -30,8 +33,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpcourse.dist import comm_device, require_group, tracked
 from cpcourse.support.errors import InputError
+from cpcourse.support.groups import comm_device, tracked
 
 
 def head_rows(heads: int, head_dim: int, tp_rank: int, tp: int, fused: int = 3) -> torch.Tensor:
@@ -45,7 +48,7 @@ def head_rows(heads: int, head_dim: int, tp_rank: int, tp: int, fused: int = 3) 
     return rows[:, tp_rank * hp:(tp_rank + 1) * hp].reshape(-1)
 
 
-def _span(n: int, tp_rank: int, tp: int) -> torch.Tensor:
+def span(n: int, tp_rank: int, tp: int) -> torch.Tensor:
     if n % tp:
         raise InputError(f"tensor parallel splits {n} features over {tp} ranks: tp must divide it")
     return torch.arange(tp_rank * (n // tp), (tp_rank + 1) * (n // tp))
@@ -86,39 +89,3 @@ class RowParallelLinear(nn.Module):
                 dist.all_reduce(buf, group=self.group)
             y = buf.to(y.device)
         return y if self.bias is None else y + self.bias
-
-
-def tensor_parallel(model, group):
-    """Split a `cpcourse.dit.TinyVideoDiT`'s blocks over the ranks of `group`, in place.
-
-    Attention: qkv column-parallel by heads, proj row-parallel; MLP: fc1 column-parallel, fc2
-    row-parallel. Everything else (embeddings, modulation, norms, the output layer) stays
-    replicated: small, and per token. The heads must divide by the group's size.
-    """
-    from cpcourse.dit import TinyVideoDiT
-
-    if not isinstance(model, TinyVideoDiT):
-        raise InputError(f"tensor_parallel takes a cpcourse.dit.TinyVideoDiT, got "
-                         f"{type(model).__name__}")
-    rank, tp = require_group(group, "tensor_parallel")
-    cfg = model.cfg
-    if getattr(model, "tp", 1) != 1:
-        raise InputError("this model is already tensor-parallel: build a fresh one")
-    d = cfg.head_dim
-    for block in model.blocks:
-        for attn in block.attns:
-            rows = head_rows(cfg.heads, d, rank, tp)
-            attn.qkv = ColumnParallelLinear(attn.qkv, rows)
-            attn.proj = RowParallelLinear(attn.proj, head_rows(cfg.heads, d, rank, tp, 1), group)
-            attn.heads = cfg.heads // tp
-        fc1, fc2 = block.mlp[0], block.mlp[2]
-        cols = _span(fc1.out_features, rank, tp)
-        block.mlp[0] = ColumnParallelLinear(fc1, cols)
-        block.mlp[2] = RowParallelLinear(fc2, cols, group)
-    model.tp = tp
-    return model
-
-
-def all_reduces_per_step(cfg) -> int:
-    """All-reduces one forward makes under TP: one per attention and one per MLP, per block."""
-    return cfg.depth * ((2 if cfg.attention == "factored" else 1) + 1)

@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.dist import agree, forward_only, require_group, tracked
 from cpcourse.support.errors import InputError, require
+from cpcourse.support.groups import agree, forward_only, require_group, tracked
 
 
 def _working_sizes(heads: int) -> list[int]:

@@ -21,7 +21,7 @@ hold none when T < P).
   K/V must enter the softmax once: only the last rank adds them to its ring block.
 
 Bytes each rank sends: measure with `cpcourse.support.bytecount.count_bytes()`, predict with
-`cpcourse.video_costs`; they agree exactly.
+`cpcourse.planner.video_costs`; they agree exactly.
 """
 
 from __future__ import annotations
@@ -30,19 +30,16 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.dist import (
+from cpcourse.support.errors import require
+from cpcourse.support.groups import (
     agree,
-    check_rank,
     comm_device,
     forward_only,
     gather_uneven,
     require_group,
-    shard,
-    shard_offsets,
-    shard_sizes,
     tracked,
 )
-from cpcourse.support.errors import require
+from cpcourse.support.shards import check_rank, shard, shard_offsets, shard_sizes
 
 TEMPORAL_METHODS = ("all_to_all", "ring")
 FULL_METHODS = ("ring", "ulysses")

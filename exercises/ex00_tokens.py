@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex00_tokens.py by tools/make_exercises.py
-# stub-sha256: d1aabf5490e1c608 (how the generator tells your edits from its output)
+# stub-sha256: 60bb2d6c64b85e45 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 00, the token explosion: how many tokens a video becomes, and whether
 a rank's share of them is whole frames.
@@ -7,7 +7,7 @@ a rank's share of them is whole frames.
     python -m pytest tests/graded --ex 00.1 --impl exercises   # 00.1, 00.2
 
 Check your answer in a notebook with `cpcourse.check("00.1")`, or from a shell with
-`cpcourse grade`. The library's own version is `cpcourse.tokens.video_tokens`.
+`cpcourse grade`. The library's own version is `cpcourse.planner.tokens.video_tokens`.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex04_ring.py by tools/make_exercises.py
-# stub-sha256: 67dcdece6909401b (how the generator tells your edits from its output)
+# stub-sha256: f5e51d54b99c64c0 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 04, the ring on real processes: one hop, the ring forward, Ulysses'
 all-to-all, and a bug hunt.
@@ -10,10 +10,11 @@ Every rank holds a contiguous shard of the sequence, `[B, H, L_r, D]`, split lik
 `torch.tensor_split` (the first L % P ranks hold one token more; a rank may hold none). These
 functions run on every rank of a process group (under `cpcourse.launch` or `%%torchrun`).
 Building blocks from the library: `cpcourse.attention.attention_with_lse` (out and lse of one
-block), `cpcourse.attention.merge_attention` (fold two partial results), `cpcourse.dist.agree`
-(every rank's shapes: `agree(group, k=k)["k"][r][2]` is rank r's shard length) and
-`cpcourse.dist.global_rank` (point-to-point calls take global ranks, not ranks in `group`).
-The library's versions: `cpcourse.ring.ring_attention`, `cpcourse.ulysses.ulysses_attention`.
+block), `cpcourse.attention.merge_attention` (fold two partial results),
+`cpcourse.support.groups.agree` (every rank's shapes: `agree(group, k=k)["k"][r][2]` is rank r's
+shard length) and `cpcourse.support.groups.global_rank` (point-to-point calls take global ranks,
+not ranks in `group`). The library's versions: `cpcourse.ring.ring_attention`,
+`cpcourse.ulysses.ulysses_attention`.
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
-from cpcourse.dist import agree, global_rank, require_group
 from cpcourse.support.errors import require
+from cpcourse.support.groups import agree, global_rank, require_group
 
 
 def ring_hop(block: torch.Tensor, group=None) -> torch.Tensor:

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex05_overlap.py by tools/make_exercises.py
-# stub-sha256: b79c9c67746db627 (how the generator tells your edits from its output)
+# stub-sha256: d004725b6d07a159 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 05, communication and overlap: when does the ring hide its traffic, and
 how many GPUs to buy for a layer's time?
@@ -10,7 +10,7 @@ One ring step on a rank: its Lq queries attend to one visiting K/V block of Lk =
 (4 * Lq * Lk * D * H FLOPs) while the next block, K and V of Lq tokens for every head
 (2 * Lq * D * H * bytes_per_element bytes), travels one hop. Overlapped, a step costs
 max(compute, comm); communication is hidden when compute >= comm. The library's version is
-`cpcourse.costs.comm`.
+`cpcourse.planner.costs.comm`.
 """
 
 from __future__ import annotations

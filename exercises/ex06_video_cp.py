@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
-# stub-sha256: c93c8ac6575ebcb1 (how the generator tells your edits from its output)
+# stub-sha256: 4c36e82d00771949 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 06, video tokens and temporal CP: split a video along time.
 
@@ -16,8 +16,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from cpcourse.dist import agree, all_gather_single, require_group, shard_sizes
 from cpcourse.ring import ring_attention
+from cpcourse.support.groups import agree, all_gather_single, require_group
+from cpcourse.support.shards import shard_sizes
 
 
 def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:
@@ -42,10 +43,10 @@ def gather_frames(local: torch.Tensor, group=None) -> torch.Tensor:
     """Every rank's frames `[B, H, T_r, S, D]` -> the whole video `[B, H, T, S, D]` on every rank.
 
     Shards may differ by one frame (and be empty), and gloo's all-gather needs equal sizes: pad
-    each shard to the largest with zeros, `cpcourse.dist.all_gather_single` into a
+    each shard to the largest with zeros, `cpcourse.support.groups.all_gather_single` into a
     `[world * B, H, T_max, S, D]` buffer (gloo stacks the ranks along dim 0; view it as
     `[world, B, H, T_max, S, D]`), then keep each rank's first T_r frames.
-    `cpcourse.dist.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
+    `cpcourse.support.groups.agree(group, seq_dim=2, x=local)["x"]` gives every rank's shape.
     """
     # Exercise 06.2: write your code here, then delete the raise.
     raise NotImplementedError(

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
-# stub-sha256: b8a230f0f398443d (how the generator tells your edits from its output)
+# stub-sha256: dd804a1a43091216 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
 
@@ -9,8 +9,8 @@ Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame sh
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
 function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
 keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
-hands `proj_out`'s tokens back whole (`cpcourse.dist.gather_uneven`). Layouts: diffusers keeps
-q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
+hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`). Layouts: diffusers
+keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
 `[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
-# stub-sha256: e454a6327496cba8 (how the generator tells your edits from its output)
+# stub-sha256: 14da83a5e8da9c2c (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
 
@@ -8,7 +8,7 @@
 Three pieces of `cpcourse.mesh` and `cpcourse.tensor_parallel`, written by you: the one exchange
 per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where a rank sits in a
 cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
-(`cpcourse.mesh.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
+(`cpcourse.support.layout.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
 Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
 (`cpcourse.tensor_parallel`). Then a design choice (09.4): the layout of a multi-node run,
 judged by the bytes it sends between nodes. Check yours in the notebook with
@@ -21,8 +21,8 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cpcourse.dist import all_gather_single
-from cpcourse.mesh import Layout
+from cpcourse.support.groups import all_gather_single
+from cpcourse.support.layout import Layout
 
 
 def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
@@ -49,7 +49,7 @@ def cfg_parallel_step(pred: torch.Tensor, group, scale: float) -> torch.Tensor:
 def mesh_position(rank: int, layout) -> dict:
     """Where global `rank` sits in a cfg x ring x ulysses x tp mesh, and who it talks to.
 
-    layout: a `cpcourse.mesh.Layout` with degrees C = layout.cfg, R = layout.ring,
+    layout: a `cpcourse.support.layout.Layout` with degrees C = layout.cfg, R = layout.ring,
     U = layout.ulysses, T = layout.tp (world C R U T). Ranks are laid out outer to inner,
     rank = ((c * R + r) * U + u) * T + t, so the inner dims are neighbouring ranks. Returns
         {"coords": {"cfg": c, "ring": r, "ulysses": u, "tp": t},

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex11_long_videos.py by tools/make_exercises.py
-# stub-sha256: 45d82748c43e181c (how the generator tells your edits from its output)
+# stub-sha256: 7b3eaab5e6202604 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 11, long videos: the window schedule, the blending weights, and a bug
 hunt in the blend of windows spread over ranks.
@@ -8,15 +8,16 @@ hunt in the blend of windows spread over ranks.
 
 A model trained on W frames makes a T-frame video by co-denoising overlapping windows of W
 frames and blending their predictions where they overlap. The library's versions are
-`cpcourse.windows.window_starts` and `cpcourse.windows.frame_weights` (`blend_weights`: one
-window's weights before normalising); check yours in the notebook with `cpcourse.check("11.1")`.
+`cpcourse.tinydit.windows.window_starts` and `cpcourse.tinydit.windows.frame_weights`
+(`blend_weights`: one window's weights before normalising); check yours in the notebook with
+`cpcourse.check("11.1")`.
 """
 
 from __future__ import annotations
 
 import torch
 
-from cpcourse import windows
+from cpcourse.tinydit import windows
 
 
 def window_starts(frames: int, window: int, stride: int) -> list[int]:

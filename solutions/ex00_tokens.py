@@ -4,7 +4,7 @@ a rank's share of them is whole frames.
     python -m pytest tests/graded --ex 00.1 --impl exercises   # 00.1, 00.2
 
 Check your answer in a notebook with `cpcourse.check("00.1")`, or from a shell with
-`cpcourse grade`. The library's own version is `cpcourse.tokens.video_tokens`.
+`cpcourse grade`. The library's own version is `cpcourse.planner.tokens.video_tokens`.
 """
 
 from __future__ import annotations

@@ -7,10 +7,11 @@ Every rank holds a contiguous shard of the sequence, `[B, H, L_r, D]`, split lik
 `torch.tensor_split` (the first L % P ranks hold one token more; a rank may hold none). These
 functions run on every rank of a process group (under `cpcourse.launch` or `%%torchrun`).
 Building blocks from the library: `cpcourse.attention.attention_with_lse` (out and lse of one
-block), `cpcourse.attention.merge_attention` (fold two partial results), `cpcourse.dist.agree`
-(every rank's shapes: `agree(group, k=k)["k"][r][2]` is rank r's shard length) and
-`cpcourse.dist.global_rank` (point-to-point calls take global ranks, not ranks in `group`).
-The library's versions: `cpcourse.ring.ring_attention`, `cpcourse.ulysses.ulysses_attention`.
+block), `cpcourse.attention.merge_attention` (fold two partial results),
+`cpcourse.support.groups.agree` (every rank's shapes: `agree(group, k=k)["k"][r][2]` is rank r's
+shard length) and `cpcourse.support.groups.global_rank` (point-to-point calls take global ranks,
+not ranks in `group`). The library's versions: `cpcourse.ring.ring_attention`,
+`cpcourse.ulysses.ulysses_attention`.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse, merge_attention
-from cpcourse.dist import agree, global_rank, require_group
 from cpcourse.support.errors import require
+from cpcourse.support.groups import agree, global_rank, require_group
 
 
 def ring_hop(block: torch.Tensor, group=None) -> torch.Tensor:

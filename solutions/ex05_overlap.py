@@ -7,7 +7,7 @@ One ring step on a rank: its Lq queries attend to one visiting K/V block of Lk =
 (4 * Lq * Lk * D * H FLOPs) while the next block, K and V of Lq tokens for every head
 (2 * Lq * D * H * bytes_per_element bytes), travels one hop. Overlapped, a step costs
 max(compute, comm); communication is hidden when compute >= comm. The library's version is
-`cpcourse.costs.comm`.
+`cpcourse.planner.costs.comm`.
 """
 
 from __future__ import annotations

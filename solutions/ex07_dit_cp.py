@@ -4,7 +4,8 @@
 
 A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
 positions computed from local frame numbers, and noise drawn per rank. The library's versions
-are `cpcourse.rope.rope_3d(..., frame_offset=)` and `cpcourse.sampling.initial_noise`. Exercise
+are `cpcourse.tinydit.rope.rope_3d(..., frame_offset=)` and
+`cpcourse.tinydit.sampling.initial_noise`. Exercise
 07.3 is a bug hunt: a rank's set-up that passes every test at 8 frames and is wrong at 5.
 """
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.dit import CPContext, frame_embedding, patchify
-from cpcourse.rope import apply_rope, rope_angles
+from cpcourse.tinydit.model import CPContext, frame_embedding, patchify
+from cpcourse.tinydit.rope import apply_rope, rope_angles
 
 
 def rope_on_shard(x: torch.Tensor, height: int, width: int, frames: int, rank: int,
@@ -83,11 +84,11 @@ def shard_embed_buggy(model, latents: torch.Tensor, rank: int, world: int):
 def shard_embed(model, latents: torch.Tensor, rank: int, world: int):
     """`shard_embed_buggy`, fixed: what rank `rank` of `world` feeds the first block.
 
-    model: a `cpcourse.dit.TinyVideoDiT` with `cfg.frame_embed` (the shapes model's design);
-    latents `[B, C, T, Hl, Wl]`: the whole video (every rank holds it: exercise 07.2). Returns
-    (x `[B, T_r, S, hidden]`: this rank's frames, patch-embedded, plus the frame embedding;
-    ctx: the `cpcourse.dit.CPContext` its blocks rotate q and k with). Joined over the ranks,
-    x must equal what one process computes for the whole video, and rotating by ctx must give
+    model: a `cpcourse.tinydit.model.TinyVideoDiT` with `cfg.frame_embed` (the shapes model's
+    design); latents `[B, C, T, Hl, Wl]`: the whole video (every rank holds it: exercise 07.2).
+    Returns (x `[B, T_r, S, hidden]`: this rank's frames, patch-embedded, plus the frame embedding;
+    ctx: the `cpcourse.tinydit.model.CPContext` its blocks rotate q and k with). Joined over the
+    ranks, x must equal what one process computes for the whole video, and rotating by ctx must give
     one process's rotary rows, for ANY number of frames and ranks. Keep the buggy version's
     steps and find what makes it wrong.
     """

@@ -6,8 +6,8 @@ Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame sh
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
 function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
 keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
-hands `proj_out`'s tokens back whole (`cpcourse.dist.gather_uneven`). Layouts: diffusers keeps
-q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
+hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`). Layouts: diffusers
+keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
 `[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """

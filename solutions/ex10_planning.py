@@ -2,12 +2,12 @@
 
     python -m pytest tests/graded --ex 10.1 --impl exercises
 
-`cpcourse.deployment.cost` prices a layout term by term and `cpcourse.plan.validity` says which
-layouts a model's own code accepts. Here you write the compute one GPU does in one forward under
-a layout, the communication it waits for, HunyuanVideo's rule for splitting a video, and (10.4)
-a prediction: how many GPUs a ring can take before its hops show. Units:
-seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is bf16 (2
-bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
+`cpcourse.planner.deployment.cost` prices a layout term by term and
+`cpcourse.planner.plan.validity` says which layouts a model's own code accepts. Here you write the
+compute one GPU does in one forward under a layout, the communication it waits for, HunyuanVideo's
+rule for splitting a video, and (10.4) a prediction: how many GPUs a ring can take before its hops
+show. Units: seconds, FLOPs, FLOP/s, GB/s (decimal: 1 GB = 1e9 bytes), pixels; every tensor sent is
+bf16 (2 bytes an element). Check yours in the notebook with `cpcourse.check("10.1")`.
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ def forward_compute_seconds(model, tok, layout, block_params: float, matmul_flop
     """Seconds the busiest GPU spends in one forward's linear layers and in its attention:
     `{"linear": seconds, "attention": seconds}`.
 
-    model: a `cpcourse.tokens.ModelPreset` (`hidden`, `layers`, `text_joint`); tok: a
-    `cpcourse.tokens.TokenCount` (`sequence_length` N: the tokens self-attention runs over, the
-    text included where it is joined; `text_tokens` N_text); layout: a `cpcourse.mesh.Layout`;
-    block_params: the parameters of the blocks one token meets (an MoE counts one expert);
-    matmul_flops, attention_flops: the FLOP/s this GPU reaches in matmuls and in its attention
-    kernel.
+    model: a `cpcourse.planner.tokens.ModelPreset` (`hidden`, `layers`, `text_joint`); tok: a
+    `cpcourse.planner.tokens.TokenCount` (`sequence_length` N: the tokens self-attention runs over,
+    the text included where it is joined; `text_tokens` N_text); layout: a
+    `cpcourse.support.layout.Layout`; block_params: the parameters of the blocks one token meets
+    (an MoE counts one expert); matmul_flops, attention_flops: the FLOP/s this GPU reaches in
+    matmuls and in its attention kernel.
 
     On ONE GPU, batch 1, a forward costs
       linear     2 FLOPs per parameter per token: 2 N block_params. Except, in a model that
@@ -77,8 +77,8 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
 
     n: the tokens this GPU holds (its share of the sequence, as in exercise 10.1); hidden: the
     model's width (all heads together); layers: its self-attention layers; layout: a
-    `cpcourse.mesh.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of the link
-    the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
+    `cpcourse.support.layout.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of
+    the link the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
     Every tensor is bf16 (2 bytes an element); tp splits each tensor's channels T ways.
       ulysses  per layer four all-to-alls (q, k and v before the attention, its output after);
                in each, a GPU keeps 1/U of its n x hidden / T tensor and sends the rest. The
@@ -118,14 +118,15 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
 
 def hunyuan_accepts(height: int, width: int, layout) -> bool:
     """Whether the planner lets HunyuanVideo run `layout` for a `height` x `width` video: True
-    or False, agreeing with `cpcourse.plan.validity("hunyuanvideo-13b", tok, layout) is None`.
+    or False, agreeing with `cpcourse.planner.plan.validity("hunyuanvideo-13b", tok, layout) is
+    None`.
 
     height, width: pixels, multiples of 16 (its VAE shrinks each side 8 times, then 2 x 2
-    patches: one token per 16 x 16 pixels); layout: a `cpcourse.mesh.Layout` of at most 64 GPUs
-    (the sequence, 256 text tokens at least, always has more tokens than ranks). HunyuanVideo
-    has 24 heads and is guidance-distilled: one forward per denoising step. A layout is refused
-    when (1) it asks for a CFG pair; (2) Ulysses and TP together cannot split the heads evenly;
-    (3) its sequence-parallel ranks (the ring and Ulysses ranks together) divide neither the
+    patches: one token per 16 x 16 pixels); layout: a `cpcourse.support.layout.Layout` of at most
+    64 GPUs (the sequence, 256 text tokens at least, always has more tokens than ranks).
+    HunyuanVideo has 24 heads and is guidance-distilled: one forward per denoising step. A layout
+    is refused when (1) it asks for a CFG pair; (2) Ulysses and TP together cannot split the heads
+    evenly; (3) its sequence-parallel ranks (the ring and Ulysses ranks together) divide neither the
     rows of the latent token grid nor its columns: HunyuanVideo's own code (hyvideo/inference.py)
     splits the rows when it can, else the columns. (Its own code offers Ulysses and the ring
     only; the planner also allows TP, which an engine can add, under rules (2) and (3).)

@@ -13,8 +13,8 @@ It is counted in the dtype and with the tiling that each model's released code d
 a part that does not grow (a tile's decode under tiling), a part that grows with a frame's
 pixels (decoders that go frame by frame keep one chunk of full-resolution features), and a
 part that grows with the whole video (the decoded output and its copies). The file also keeps
-the VAE's parameter count. cpcourse.pipeline_memory reads it; tests/unit/test_pipeline_memory.py
-re-derives one point.
+the VAE's parameter count. cpcourse.planner.pipeline_memory reads it;
+tests/unit/test_pipeline_memory.py re-derives one point.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ of them alike, and the median is reported. GFLOP/s counts the two matmuls, 4 * B
 `ratio_vs_sdpa` is attention_with_lse's throughput over SDPA's: the target is >= 0.95, i.e.
 returning the lse costs nothing. Naive attention is skipped where its L x L score matrix
 would pass `--naive-max-gb`. On CUDA the default dtype is bf16 and each row also gives TFLOP/s
-against the card's dense bf16 peak from `cpcourse.hardware`.
+against the card's dense bf16 peak from `cpcourse.planner.hardware`.
 On a machine shared with other jobs, `--threads 1` gives stable ratios: with every core in use,
 any other process stalls the kernel's threads and the medians swing by tens of percent (the
 JSON records the load average before and after, and a best-of ratio next to the median one).
@@ -27,6 +27,7 @@ import time
 
 import torch
 
+from cpcourse.support.dtypes import torch_dtype
 from cpcourse.support.errors import (
     ArgumentParser,
     InputError,
@@ -35,7 +36,7 @@ from cpcourse.support.errors import (
     require,
 )
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = ("fp32", "bf16", "fp16")
 TARGET_RATIO = 0.95
 _GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "B200": "b200"}
 
@@ -145,7 +146,7 @@ def _load() -> float | None:
 
 
 def _gpu_ceiling(args) -> dict | None:
-    from cpcourse.hardware import get_gpu
+    from cpcourse.planner.hardware import get_gpu
 
     name = torch.cuda.get_device_name()
     gpu_id = args.gpu or next((v for k, v in _GPU_NAMES.items() if k in name.upper()), None)
@@ -178,10 +179,10 @@ def run(args) -> dict:
 
     from cpcourse.attention import attention_backend
 
-    probe = torch.empty(1, 1, 1, args.head_dim, device=device, dtype=DTYPES[dtype_name])
+    probe = torch.empty(1, 1, 1, args.head_dim, device=device, dtype=torch_dtype(dtype_name))
     once = _timer(device)
     load_before = _load()
-    rows = [_bench_length(n, args, DTYPES[dtype_name], device, once) for n in lengths]
+    rows = [_bench_length(n, args, torch_dtype(dtype_name), device, once) for n in lengths]
     result = {
         "device": device, "dtype": dtype_name, "batch": args.batch, "heads": args.heads,
         "head_dim": args.head_dim, "threads": torch.get_num_threads(), "repeats": args.repeats,
@@ -224,7 +225,7 @@ def format_table(res: dict) -> str:
                  f"{res['load_average']['after']})")
     if res["gpu"] and res["gpu"]["bf16_dense_tflops"]:
         lines.append(f"{res['gpu']['name']}: dense bf16 peak {res['gpu']['bf16_dense_tflops']} "
-                     "TFLOP/s (cpcourse.hardware)")
+                     "TFLOP/s (cpcourse.planner.hardware)")
     return "\n".join(lines)
 
 

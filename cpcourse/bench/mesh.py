@@ -24,7 +24,7 @@ LAYOUTS = ("cfg=2", "ring=2", "ulysses=2", "tp=2")
 
 
 def _spec(frames: int, size: int, hidden: int, depth: int, steps: int) -> dict:
-    from cpcourse.dit import DiTConfig
+    from cpcourse.tinydit.model import DiTConfig
 
     cfg = DiTConfig(attention="full", hidden=hidden, heads=4, depth=depth)
     return {"model": cfg.as_dict(), "weights": None, "dtype": "fp32", "weight_seed": 0,
@@ -35,8 +35,8 @@ def _spec(frames: int, size: int, hidden: int, depth: int, steps: int) -> dict:
 
 def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
     """Every rank: each layout `repeats` times; its frames, best sampling time and bytes."""
-    from cpcourse.mesh import Layout
-    from cpcourse.sampling import generate_mesh_rank
+    from cpcourse.support.layout import Layout
+    from cpcourse.tinydit.sampling import generate_mesh_rank
 
     out = []
     for text in layouts:
@@ -53,13 +53,14 @@ def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
 
 
 def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor]:
-    from cpcourse.sampling import DTYPES, initial_noise, sample, spec_model
+    from cpcourse.support.dtypes import torch_dtype
+    from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
 
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         model = spec_model(spec)
-        noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+        noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
         best, out = None, None
         for _ in range(repeats):
             t0 = time.perf_counter()
@@ -73,7 +74,7 @@ def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor
 def run_mesh(frames: int = 8, size: int = 16, hidden: int = 64, depth: int = 2, steps: int = 4,
              repeats: int = 3, timeout: float = 300.0) -> dict:
     from cpcourse.launch import launch
-    from cpcourse.sampling import mesh_shards
+    from cpcourse.tinydit.sampling import mesh_shards
 
     spec = _spec(frames, size, hidden, depth, steps)
     single_s, ref = _single(spec, repeats, threads=2)

@@ -6,9 +6,9 @@ A real model calls attention once per layer per step, so a ring call's fixed cos
 thousands of times. On 2 ranks with one thread each, for shards of 64, 256 and 1,024 tokens
 (B = 1, H = 8, D = 64, float32), this measures the median of many calls of: the ring
 (`ring_attention`, overlapped), one block's attention (`attention_with_lse` of the local queries
-over one rank's keys), and the ring's parts alone: the shape agreement (`cpcourse.dist.agree`),
-one merge (the ring's in-place fold, `cpcourse.ring._fold`) and one heartbeat
-(`cpcourse.dist.tracked` enter and exit).
+over one rank's keys), and the ring's parts alone: the shape agreement
+(`cpcourse.support.groups.agree`), one merge (the ring's in-place fold, `cpcourse.ring._fold`) and
+one heartbeat (`cpcourse.support.groups.tracked` enter and exit).
 `ratio` = ring / (2 x one block): 1.0 would be a ring with no overhead at all. The ring agrees
 shapes only while they change (then each K/V message carries a one-element "changed" flag), so
 in a run of same-shape calls `agree_s` is what it no longer pays. With `lens=` a caller that
@@ -49,8 +49,8 @@ def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
     import torch.distributed as dist
 
     from cpcourse.attention import attention_with_lse
-    from cpcourse.dist import agree, tracked
     from cpcourse.ring import _fold, ring_attention
+    from cpcourse.support.groups import agree, tracked
 
     rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(rank)

@@ -13,7 +13,7 @@ on rank 0 alone with P threads (the same cores). torch's `context_parallel` + SD
 non-causal, load balancing off) is skipped when L % P != 0, where it aborts the process.
 Also reported: per ring step, compute and time in communication calls (overlapped: the exposed
 part; blocking: all of it), the share of communication the overlap hid, and the peak tensor
-memory per rank (`cpcourse.memory.peak_memory`) against `predicted_peak_bytes`.
+memory per rank (`cpcourse.support.peak_memory.peak_memory`) against `predicted_peak_bytes`.
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ import sys
 import time
 
 from cpcourse.launch import check_nproc
-from cpcourse.memory import require_fits
 from cpcourse.support.errors import ArgumentParser, positive_int, require
+from cpcourse.support.peak_memory import require_fits
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
 LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)",
@@ -90,9 +90,9 @@ def bench_rank(spec: dict) -> dict:
     import torch.distributed as dist
 
     from cpcourse.attention import attention_with_lse
-    from cpcourse.dist import shard
-    from cpcourse.memory import peak_memory
     from cpcourse.ring import ring_attention
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.support.shards import shard
     from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()

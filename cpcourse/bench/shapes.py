@@ -3,9 +3,9 @@
     cpcourse bench shapes --seeds 8 --json
 
 Every prompt is generated at seeds 0 .. N-1 in one process (CP gives the same clips: `cpcourse
-generate --compare` shows it) and each clip goes through `cpcourse.shapes.track`. Per prompt:
-the fraction of clips whose motion has the prompt's direction, the fraction drawing its shape,
-and the fraction of frames with exactly one object; then the same over every clip, and the
+generate --compare` shows it) and each clip goes through `cpcourse.tinydit.moving_shapes.track`.
+Per prompt: the fraction of clips whose motion has the prompt's direction, the fraction drawing its
+shape, and the fraction of frames with exactly one object; then the same over every clip, and the
 seconds per clip. The training data itself is tracked too, as the ceiling a model can reach.
 """
 
@@ -15,14 +15,14 @@ import json
 
 import torch
 
-from cpcourse.shapes_model import SAMPLE_STEPS
 from cpcourse.support.errors import ArgumentParser, finite_float, positive_int, require
+from cpcourse.tinydit.training import SAMPLE_STEPS
 
 
 def data_rates(n: int = 256, seed: int = 0) -> dict:
     """The tracker on `n` training clips: how often it reads the true label off real data."""
-    from cpcourse.shapes import matches, prompt_name, random_clips, track
-    from cpcourse.shapes_model import rates
+    from cpcourse.tinydit.moving_shapes import matches, prompt_name, random_clips, track
+    from cpcourse.tinydit.training import rates
 
     clips, s, d = random_clips(n, torch.Generator().manual_seed(seed))
     return rates([matches(prompt_name(int(a), int(b)), track(c))
@@ -30,7 +30,7 @@ def data_rates(n: int = 256, seed: int = 0) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.shapes_model import evaluate, load_weights, shipped_path
+    from cpcourse.tinydit.training import evaluate, load_weights, shipped_path
 
     p = ArgumentParser(prog="cpcourse bench shapes", description=__doc__.split("\n")[0])
     p.add_argument("--weights", default=None,

@@ -13,8 +13,8 @@ Three measurements, each in one run:
 3. exactness: both parallel modes on P = 1, 2, 4 ranks against one process, at a length the
    stride does not divide.
 `run_long` is also what `cpcourse generate --window W` runs: the windowed sampler on P ranks
-(`cpcourse.windows.windows_rank`), with the schedule, the bytes each rank sends per step, the
-peak working memory of one window's forward beside the whole run's peak and the latent state,
+(`cpcourse.tinydit.windows.windows_rank`), with the schedule, the bytes each rank sends per step,
+the peak working memory of one window's forward beside the whole run's peak and the latent state,
 and the seam metric in its report.
 """
 
@@ -32,7 +32,14 @@ from cpcourse.support.errors import (
     positive_int,
     require,
 )
-from cpcourse.windows import BLENDS, NOISES, PARALLEL, boundaries, seam_metric, window_starts
+from cpcourse.tinydit.windows import (
+    BLENDS,
+    NOISES,
+    PARALLEL,
+    boundaries,
+    seam_metric,
+    window_starts,
+)
 
 MAX_FRAMES = 512
 
@@ -43,11 +50,11 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
              cfg_scale: float = 4.0, label: int | None = None, dtype: str = "fp32",
              compare: bool = False, timeout: float = 300.0, stream=False) -> dict:
     """Sample a long video on `nproc` ranks. Returns {"latents", "clip", "report"}."""
-    from cpcourse.dit import DiTConfig
     from cpcourse.launch import check_nproc, launch
-    from cpcourse.sampling import DTYPES
-    from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
-    from cpcourse.shapes_model import RANDOM_DEFAULTS, TRAINED_DEFAULTS, to_clip, weights_config
+    from cpcourse.tinydit.model import DiTConfig
+    from cpcourse.tinydit.moving_shapes import PROMPTS, matches, parse_prompt, track
+    from cpcourse.tinydit.sampling import DTYPES
+    from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, to_clip, weights_config
 
     nproc = check_nproc(nproc)
     frames = positive_int("--frames", frames)
@@ -88,7 +95,7 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
             "seed": seed, "shape": shape, "steps": steps, "cfg_scale": cfg_scale,
             "label": cond, "window": window, "stride": stride, "blend": blend, "noise": noise,
             "parallel": parallel}
-    results = launch("cpcourse.windows:windows_rank", nproc, timeout=timeout, args=(spec,),
+    results = launch("cpcourse.tinydit.windows:windows_rank", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
     latents = results[0]["latents"]
     report = {"nproc": nproc, "seed": seed, "frames": frames, "window": window,
@@ -109,7 +116,7 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
                       track={"direction": seen["direction"], "shape": seen["shape"],
                              "present_fraction": matches(prompt, seen)["present_fraction"]})
     if compare:
-        from cpcourse.windows import windows_rank
+        from cpcourse.tinydit.windows import windows_rank
 
         single = windows_rank(spec)["latents"]
         report["max_abs_diff_vs_single_process"] = float((single - latents).abs().max())
@@ -138,10 +145,10 @@ def print_report(report: dict) -> None:
 
 
 def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):
-    from cpcourse.sampling import initial_noise
-    from cpcourse.shapes import parse_prompt, track
-    from cpcourse.shapes_model import to_clip
-    from cpcourse.windows import boundaries, sample_windows, seam_metric
+    from cpcourse.tinydit.moving_shapes import parse_prompt, track
+    from cpcourse.tinydit.sampling import initial_noise
+    from cpcourse.tinydit.training import to_clip
+    from cpcourse.tinydit.windows import boundaries, sample_windows, seam_metric
 
     ratios, present = [], []
     for seed in seeds:
@@ -156,11 +163,11 @@ def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.memory import peak_memory
-    from cpcourse.sampling import initial_noise, sample
-    from cpcourse.shapes import parse_prompt
-    from cpcourse.shapes_model import SAMPLE_STEPS, load_shapes_model
-    from cpcourse.windows import STATE_COPIES, sample_windows
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.moving_shapes import parse_prompt
+    from cpcourse.tinydit.sampling import initial_noise, sample
+    from cpcourse.tinydit.training import SAMPLE_STEPS, load_shapes_model
+    from cpcourse.tinydit.windows import STATE_COPIES, sample_windows
 
     p = ArgumentParser(prog="cpcourse bench windows", description=__doc__.split("\n")[0])
     p.add_argument("--window", type=int, default=8)

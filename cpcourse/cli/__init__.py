@@ -16,6 +16,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import sys
 
 from cpcourse.launch.errors import LaunchError
@@ -102,6 +103,22 @@ def as_torchrun_rank(argv: list[str]):
         yield argv
 
 
+# Library errors name the parameter ("height 721 is not divisible by 16", "dtype must be one of
+# fp32, ..."); on the command line the same message names the flag that sets it.
+PARAM_FLAGS = {"height": "--height", "width": "--width", "frames": "--frames", "fps": "--fps",
+               "seconds": "--seconds", "vae_temporal": "--vae-temporal",
+               "vae_spatial": "--vae-spatial", "text_tokens": "--text-tokens", "patch": "--patch",
+               "dtype": "--dtype"}
+
+
+def as_flags(message: str) -> str:
+    """A library message that starts with a parameter's name, starting with its flag instead."""
+    m = re.match(r"([a-z][a-z_]*)(?=[ ,:])", message)
+    if m is None or m.group(1) not in PARAM_FLAGS:
+        return message
+    return PARAM_FLAGS[m.group(1)] + message[m.end():]
+
+
 def main(argv: list[str] | None = None) -> int:
     """The `cpcourse` program (argv None: sys.argv, and this is the process's entry point)."""
     as_program = argv is None
@@ -117,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     except RankDone:  # a torchrun rank other than 0: its part is done, rank 0 reports
         code = 0
     except InputError as exc:
-        print(f"cpcourse: error: {exc}", file=sys.stderr)
+        print(f"cpcourse: error: {as_flags(str(exc))}", file=sys.stderr)
         code = 2
     except LaunchError as exc:  # a rank failed or the run timed out: one line, unless asked
         if verbose:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from cpcourse import costs, plan, tokens, validation
+from cpcourse.planner import costs, plan, tokens, validation
 from cpcourse.support.errors import InputError
 
 

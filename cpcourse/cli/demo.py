@@ -19,10 +19,11 @@ import sys
 import time
 
 from cpcourse.launch import check_nproc
-from cpcourse.memory import require_fits
+from cpcourse.support.dtypes import TORCH_NAMES
 from cpcourse.support.errors import ArgumentParser, positive_int
+from cpcourse.support.peak_memory import require_fits
 
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+DTYPES = ("fp32", "bf16", "fp16")
 TOLERANCE = {"float32": 1e-5, "bfloat16": 2e-2, "float16": 4e-3}  # max |ring - fused|
 
 
@@ -55,8 +56,8 @@ def demo_rank(spec: dict) -> dict:
     """What each rank runs: a warm-up call, then the timed ring with per-step stats."""
     import torch.distributed as dist
 
-    from cpcourse.dist import shard
     from cpcourse.ring import ring_attention
+    from cpcourse.support.shards import shard
 
     rank, world = dist.get_rank(), dist.get_world_size()
     q, k, v = (shard(x, rank, world) for x in inputs(spec))
@@ -120,7 +121,7 @@ def main(argv: list[str]) -> int:
             "seq_len": positive_int("--seq-len", args.seq_len),
             "heads": positive_int("--heads", args.heads),
             "head_dim": positive_int("--head-dim", args.head_dim),
-            "batch": positive_int("--batch", args.batch), "dtype": DTYPES[args.dtype],
+            "batch": positive_int("--batch", args.batch), "dtype": TORCH_NAMES[args.dtype],
             "mode": args.mode, "seed": args.seed, "timeout": args.timeout}
     # Every rank builds the whole q, k, v and keeps its output; the checker holds the same again.
     elems = spec["batch"] * spec["heads"] * spec["seq_len"] * spec["head_dim"]

@@ -3,17 +3,17 @@
     cpcourse generate --prompt circle-right --seed 0 --nproc 2 --gif /tmp/circle.gif --compare
 
 The sampler is Euler steps of a rectified flow (x_1 = noise, x_0 = sample) with classifier-free
-guidance, the conditional and unconditional passes as one batch of 2B (`cpcourse.sampling`).
+guidance, the conditional and unconditional passes as one batch of 2B (`cpcourse.tinydit.sampling`).
 Noise is drawn for the whole video from the seed on every rank and each rank keeps its frames, so
 the clip does not depend on P; `--compare` also samples in this process and reports the largest
 difference. Every rank measures its peak tensor memory and its time per step.
 
 Weights: `--weights shipped` (the default) is the model `cpcourse train` trained on moving
-shapes (`cpcourse.shapes`): `--prompt` picks what it draws (`--list-prompts`), `--save` writes
-the clip `[T, 3, H, W]` in [0, 1] and `--gif` an animated GIF; the report says what the tracker
-sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights random` is
-the seeded random DiT of the exactness tests: `--label` conditions it, and `--save` writes its
-latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
+shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--list-prompts`),
+`--save` writes the clip `[T, 3, H, W]` in [0, 1] and `--gif` an animated GIF; the report says what
+the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
+random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
+writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
 """
 
 from __future__ import annotations
@@ -23,20 +23,20 @@ import json
 
 import torch
 
-from cpcourse.dit import ATTENTIONS, DiTConfig
-from cpcourse.sampling import DTYPES
-from cpcourse.shapes_model import (
-    RANDOM_DEFAULTS,
-    SAMPLE_STEPS,
-    TRAINED_DEFAULTS,
-    weights_config,
-)
 from cpcourse.support.errors import (
     InputError,
     finite_float,
     positive_float,
     positive_int,
     require,
+)
+from cpcourse.tinydit.model import ATTENTIONS, DiTConfig
+from cpcourse.tinydit.sampling import DTYPES
+from cpcourse.tinydit.training import (
+    RANDOM_DEFAULTS,
+    SAMPLE_STEPS,
+    TRAINED_DEFAULTS,
+    weights_config,
 )
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
@@ -52,7 +52,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     """Sample on `nproc` processes.
 
     `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
-    `cpcourse.mesh.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
+    `cpcourse.support.layout.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
     ulysses x tp, the frames split over ring x ulysses, attention by USP.
 
     Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
@@ -60,8 +60,8 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     "random" (then `label`, `attention`, `model` and `weight_seed` choose the random DiT).
     """
     from cpcourse.launch import launch
-    from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
-    from cpcourse.shapes_model import to_clip
+    from cpcourse.tinydit.moving_shapes import PROMPTS, matches, parse_prompt, track
+    from cpcourse.tinydit.training import to_clip
 
     path, trained_cfg = weights_config(weights)
     trained = path is not None
@@ -105,7 +105,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
         require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
         cond = label
     if layout is not None:
-        from cpcourse.mesh import check_layout
+        from cpcourse.support.layout import check_layout
 
         check_layout(layout, nproc, cfg.heads)
     elif cfg.attention == "full" and full_method == "ulysses":  # found before start-up
@@ -127,9 +127,9 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     if layout is not None:
         spec["layout"] = layout.as_dict()
     target = "generate_rank" if layout is None else "generate_mesh_rank"
-    results = launch(f"cpcourse.sampling:{target}", nproc, timeout=timeout, args=(spec,),
+    results = launch(f"cpcourse.tinydit.sampling:{target}", nproc, timeout=timeout, args=(spec,),
                      stream=stream)
-    from cpcourse.sampling import mesh_report
+    from cpcourse.tinydit.sampling import mesh_report
 
     by_mesh = {} if layout is None else mesh_report(results, layout)
     shards = results if layout is None else by_mesh.pop("shards")
@@ -162,7 +162,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
             "present_fraction": ok["present_fraction"]},
             matches_prompt=bool(ok["direction"] and ok["shape"]))
     if compare:
-        from cpcourse.sampling import single_process_sample
+        from cpcourse.tinydit.sampling import single_process_sample
 
         single = single_process_sample(spec)
         mine = latents if not trained else clip
@@ -172,7 +172,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
 
 
 def _layout(layout, nproc: int):
-    from cpcourse.mesh import Layout
+    from cpcourse.support.layout import Layout
 
     layout = Layout.parse(layout) if isinstance(layout, str) else layout
     require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
@@ -233,7 +233,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     from cpcourse.cli.clip_files import check_out, load_compare, write_outputs
     from cpcourse.cli.generate_long import main_long
-    from cpcourse.shapes import PROMPTS
+    from cpcourse.tinydit.moving_shapes import PROMPTS
 
     args = build_parser().parse_args(argv)
     if args.list_prompts:
@@ -264,7 +264,7 @@ def main(argv: list[str]) -> int:
         check_out("--save", args.save)
     layout = None
     if args.layout is not None:
-        from cpcourse.mesh import Layout
+        from cpcourse.support.layout import Layout
 
         for flag, val in (("--temporal", args.temporal), ("--full", args.full)):
             require(val is None, f"{flag} is for plain CP: under --layout attention runs USP "

@@ -1,5 +1,5 @@
 """`cpcourse generate --window W`: a video longer than the model's window, from overlapping
-windows blended (`cpcourse.windows`, run by `cpcourse.bench.windows.run_long`).
+windows blended (`cpcourse.tinydit.windows`, run by `cpcourse.bench.windows.run_long`).
 
     cpcourse generate --frames 32 --window 8 --stride 4 --nproc 2 --gif long.gif
 """

@@ -16,9 +16,9 @@ from __future__ import annotations
 import json
 
 from cpcourse.bench.models import run_models
+from cpcourse.models.build import ARCHS
 from cpcourse.models.compare import DTYPES
 from cpcourse.models.parallel import METHODS
-from cpcourse.models.tiny import ARCHS
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
 
 
@@ -63,7 +63,7 @@ def main(argv: list[str]) -> int:
     require(1 <= positive_int("--batch", args.batch) <= 4, "--batch: use 1 to 4")
     layout = None
     if args.layout is not None:
-        from cpcourse.mesh import Layout
+        from cpcourse.support.layout import Layout
 
         require(args.method == "ring" and args.ulysses is None, "--layout gives the ring and "
                 "ulysses degrees itself: drop --method and --ulysses")

@@ -3,7 +3,7 @@
     cpcourse train --out /tmp/shapes.safetensors --minutes 2 --seed 0
 
 Rectified flow, x-prediction, logit-normal times, shape and direction as two labels with label
-dropout for classifier-free guidance (`cpcourse.shapes_model` says why each). Prints a progress
+dropout for classifier-free guidance (`cpcourse.tinydit.training` says why each). Prints a progress
 bar with the loss and saves safetensors weights with the model config in their metadata;
 `cpcourse generate --weights FILE` samples them. The shipped weights were made by this command.
 """
@@ -33,7 +33,7 @@ def build_parser():
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.shapes_model import evaluate, train
+    from cpcourse.tinydit.training import evaluate, train
 
     args = build_parser().parse_args(argv)
     require(args.minutes is not None or args.steps is not None,

@@ -18,7 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpcourse import video, video_costs
+from cpcourse import video
+from cpcourse.planner import video_costs
 from cpcourse.support.bytecount import count_bytes
 
 METHODS = (("temporal", "all_to_all"), ("temporal", "ring"), ("full", "ring"),

@@ -155,8 +155,8 @@ def call_target(target: str, args: tuple, kwargs: dict, fn=_UNRESOLVED):
 
 
 def _current_op() -> str | None:
-    """The communication call this rank was inside when it failed (from cpcourse.dist)."""
-    cpdist = sys.modules.get("cpcourse.dist")
+    """The communication call this rank was inside when it failed (from cpcourse.support.groups)."""
+    cpdist = sys.modules.get("cpcourse.support.groups")
     record = getattr(getattr(cpdist, "_HEARTBEAT", None), "current", None) or {}
     return record.get("op") or record.get("failed_in")
 
@@ -187,7 +187,7 @@ def _run_rank(run_dir: str) -> int:
 
         torch.set_num_threads(int(spec["threads"]))
         if spec["init"]:
-            from cpcourse import dist as cpdist
+            from cpcourse.support import groups as cpdist
 
             cpdist.init(spec.get("backend"))
         with open(os.path.join(run_dir, "args.pkl"), "rb") as fh:

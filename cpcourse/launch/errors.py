@@ -7,7 +7,7 @@
   echoes it causes in the others.
 - `LaunchTimeout`: the run passed its time limit; for each unfinished rank, the call it was stuck
   in, read from the stack every worker dumps on SIGUSR1 (faulthandler) and from the heartbeat
-  that `cpcourse.dist.tracked` writes ("recv (src=0, ring_step=2) for 5.0 s").
+  that `cpcourse.support.groups.tracked` writes ("recv (src=0, ring_step=2) for 5.0 s").
 Everything here reads the files the workers leave in the launch's run directory.
 """
 
@@ -116,7 +116,7 @@ def where_stuck(frames: list[tuple[str, int, str]]) -> str:
     lib = os.path.dirname(os.path.dirname(os.__file__))
     user = next(((f, n) for f, n, _ in frames
                  if "site-packages" not in f and not f.startswith((lib, "<"))
-                 and not f.endswith(("launch/entry.py", "cpcourse/dist.py"))), None)
+                 and not f.endswith(("launch/entry.py", "cpcourse/support/groups.py"))), None)
     f0, _, fn0 = frames[0]
     what = f"torch.distributed {fn0}()" if "torch/distributed" in f0 else f"{fn0}()"
     if user is None:

@@ -7,8 +7,8 @@ A process that torchrun started (RANK, WORLD_SIZE and MASTER_ADDR set) and that 
 cpcourse's own ranks (those have CPCOURSE_RUN_DIR) must not start a torchrun of its own: that
 would put P ranks on every rank of the user's world, on one node. `launch()` asks
 `torchrun_rank()` first and, inside a foreign torchrun, calls `run_here()`: nproc must equal
-WORLD_SIZE, the process group comes from the environment (`cpcourse.dist.init`, a timeout of
-seconds), the target runs in this process with the same args, and every rank's return value
+WORLD_SIZE, the process group comes from the environment (`cpcourse.support.groups.init`, a timeout
+of seconds), the target runs in this process with the same args, and every rank's return value
 is all-gathered, so every rank gets the same per-rank list `launch()` returns anywhere else.
 
 Failures: the target's exception becomes a `RankError` naming this rank (an InputError's words
@@ -35,7 +35,7 @@ from typing import NamedTuple
 
 from cpcourse.support.errors import require
 
-ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # set in the ranks cpcourse.launch starts (cpcourse.dist too)
+ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # set in the ranks cpcourse.launch starts (support.groups too)
 _STATE = {"rank_zero_reports": False, "joined": False}
 
 
@@ -198,8 +198,8 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
     import torch
     import torch.distributed as dist
 
-    from cpcourse import dist as cpdist
     from cpcourse.launch.entry import _to_cpu, call_target
+    from cpcourse.support import groups as cpdist
 
     check_world(nproc, where)
     start = time.monotonic()

@@ -13,9 +13,9 @@ attention under CP), `attention` (the softmax over every rank's keys, text count
 `compare` (what the CLI runs).
 """
 
+from cpcourse.models.build import ARCHS, build, example_inputs, from_pretrained, latent_shape
 from cpcourse.models.parallel import METHODS, parallelize, unparallelize
 from cpcourse.models.shards import gather_latents, shard_latents
-from cpcourse.models.tiny import ARCHS, build, example_inputs, from_pretrained, latent_shape
 
 __all__ = ["ARCHS", "METHODS", "build", "example_inputs", "from_pretrained", "gather_latents",
            "latent_shape", "parallelize", "shard_latents", "unparallelize"]

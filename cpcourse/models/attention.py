@@ -25,8 +25,8 @@ from __future__ import annotations
 import torch
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.dist import all_gather_single, comm_device
 from cpcourse.ring import ring_attention
+from cpcourse.support.groups import all_gather_single, comm_device
 from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
 
 

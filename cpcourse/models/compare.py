@@ -16,16 +16,16 @@ import time
 
 import torch
 
+from cpcourse.models.build import build, example_inputs
 from cpcourse.models.parallel import parallelize
 from cpcourse.models.shards import gather_latents, shard_latents
-from cpcourse.models.tiny import build, example_inputs
+from cpcourse.support.dtypes import torch_dtype
 
-DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
-          "float16": torch.float16}
+DTYPES = ("float32", "float64", "bfloat16", "float16")  # torch's spellings, as `--dtype` takes them
 
 
 def _model_and_inputs(spec: dict):
-    dtype = DTYPES[spec.get("dtype", "float32")]
+    dtype = torch_dtype(spec.get("dtype", "float32"))
     model = build(spec["arch"], seed=spec.get("seed", 0), dtype=dtype, **spec.get("config", {}))
     inputs = example_inputs(spec["arch"], spec.get("frames", 5), spec.get("height", 8),
                             spec.get("width", 8), batch=spec.get("batch", 1),
@@ -65,8 +65,8 @@ def reference(spec: dict) -> tuple[torch.Tensor, float | None]:
 def rank_forward(spec: dict) -> dict:
     """On every rank: the parallelized model's full output and its median forward time.
 
-    With `spec["layout"]` (a `cpcourse.mesh.Layout` as a dict) the model runs on that mesh, and
-    the bytes this rank sent per mesh dim in one untimed run are measured beside
+    With `spec["layout"]` (a `cpcourse.support.layout.Layout` as a dict) the model runs on that
+    mesh, and the bytes this rank sent per mesh dim in one untimed run are measured beside
     `cpcourse.models.costs.predicted_bytes`.
     """
     model, inputs = _model_and_inputs(spec)
@@ -86,9 +86,10 @@ def rank_forward(spec: dict) -> dict:
     if mesh is not None:
         import torch.distributed as dist
 
-        from cpcourse.mesh import Layout, bytes_by_dim
+        from cpcourse.mesh import bytes_by_dim
         from cpcourse.models.costs import predicted_bytes
         from cpcourse.support.bytecount import count_bytes
+        from cpcourse.support.layout import Layout
 
         with torch.inference_mode(), count_bytes() as sent:
             fn()
@@ -117,9 +118,10 @@ def tolerance(method: str, dtype: str = "float32", sample: bool = False) -> floa
 
 def check_spec(spec: dict, nproc: int) -> dict:
     """Everything a launch would only find out inside the ranks, checked here: one clear line."""
-    from cpcourse.models.parallel import METHODS, _divisors, check_ulysses
-    from cpcourse.models.tiny import arch_info, check_size, tokens
+    from cpcourse.models.build import arch_info, check_size, tokens
+    from cpcourse.models.parallel import METHODS, check_ulysses
     from cpcourse.support.errors import require
+    from cpcourse.support.layout import divisors
 
     info = arch_info(spec["arch"])
     require(spec["method"] in METHODS, f"--method must be one of {', '.join(METHODS)}, got "
@@ -132,7 +134,7 @@ def check_spec(spec: dict, nproc: int) -> dict:
             "runs (65,536 at most): use fewer frames or a smaller height / width")
     heads = {**info.tiny, **spec.get("config", {})}["num_attention_heads"]
     if spec.get("layout"):
-        from cpcourse.mesh import Layout, check_layout
+        from cpcourse.support.layout import Layout, check_layout
 
         lay = check_layout(Layout(**spec["layout"]), nproc, heads)
         require(lay.tp == 1 or info.id in ("wan", "wan2.2"), f"tensor parallel in "
@@ -150,7 +152,7 @@ def check_spec(spec: dict, nproc: int) -> dict:
     u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
     if spec["method"] == "usp" and u is not None:
         require(nproc % u == 0, f"--ulysses {u} must divide --nproc {nproc}: choose one of "
-                f"{', '.join(map(str, _divisors(nproc)))}")
+                f"{', '.join(map(str, divisors(nproc)))}")
     if u is not None:
         check_ulysses(heads, u, nproc, what=f"the tiny {info.id}'s")
     return {"tokens": n_tok}

@@ -2,12 +2,12 @@
 
     python -m cpcourse.cli models --arch wan --nproc 4 --layout cfg=2,ulysses=2 --sample-steps 2
 
-Per forward, on global rank r of a `cpcourse.mesh.Layout` (C, R, U, T), with B samples, this
-rank's L_r video tokens (its frames times tokens per frame), N text tokens, `dim` hidden, H heads
-of `head_dim`, and element size e:
+Per forward, on global rank r of a `cpcourse.support.layout.Layout` (C, R, U, T), with B samples,
+this rank's L_r video tokens (its frames times tokens per frame), N text tokens, `dim` hidden, H
+heads of `head_dim`, and element size e:
     ring, ulysses  every block's self-attention (attn1) runs USP on H / T heads: the formulas of
-                   `cpcourse.dit_costs._usp_elements`, per block. Cross-attention (attn2) attends
-                   the replicated text locally: nothing on these dims.
+                   `cpcourse.mesh.usp_elements`, per block. Cross-attention (attn2)
+                   attends the replicated text locally: nothing on these dims.
     tp             every block: 3 all-reduces of `[B, L_r, dim]` (attn1 out, attn2 out, FFN out)
                    and 4 of the RMSNorm's float32 squares (`[B, L_r, 1]` for attn1's q and k and
                    attn2's q, `[B, N, 1]` for attn2's k), each 2 (T - 1) / T of its buffer
@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.dist import shard_sizes
+from cpcourse.support.shards import shard_sizes
 
 
 def _all_reduce(payload: int, tp: int) -> int:
@@ -31,9 +31,9 @@ def _all_reduce(payload: int, tp: int) -> int:
 
 def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     """What `rank_forward`'s one measured run sends, per dim; None for models other than Wan."""
-    from cpcourse.dit_costs import _usp_elements
-    from cpcourse.mesh import Layout
+    from cpcourse.mesh import usp_elements
     from cpcourse.models.parallel import _latent_grid
+    from cpcourse.support.layout import Layout
 
     if type(model).__name__ != "WanTransformer3DModel":
         return None
@@ -49,7 +49,7 @@ def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     heads, hd = cfg.num_attention_heads, cfg.attention_head_dim
     dim, depth = heads * hd, cfg.num_layers
     n_text = inputs["encoder_hidden_states"].shape[1]
-    u_el, r_el = _usp_elements(b, heads // lay.tp, hd, lens, lay, cp_rank)
+    u_el, r_el = usp_elements(b, heads // lay.tp, hd, lens, lay, cp_rank)
     mine = lens[cp_rank]
     tp = depth * (3 * _all_reduce(b * mine * dim * e, lay.tp)
                   + 3 * _all_reduce(b * mine * 4, lay.tp) + _all_reduce(b * n_text * 4, lay.tp))

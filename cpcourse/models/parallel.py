@@ -30,32 +30,28 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
-from cpcourse.dist import (
+from cpcourse.models.build import arch_of
+from cpcourse.models.processors import PROCESSORS, cp_attention_modules
+from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
+from cpcourse.ring import MODES as RING_MODES
+from cpcourse.support.errors import InputError, require
+from cpcourse.support.groups import (
     agree,
     all_gather_single,
     comm_device,
     gather_uneven,
     require_group,
-    shard_offsets,
-    shard_sizes,
 )
-from cpcourse.models.processors import PROCESSORS, cp_attention_modules
-from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
-from cpcourse.models.tiny import arch_of
-from cpcourse.ring import MODES as RING_MODES
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.layout import divisors
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 METHODS = ("ring", "ulysses", "usp", "allgather")
-
-
-def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
 
 
 def check_ulysses(heads: int, ulysses: int, world: int, what: str = "the model's") -> None:
     """InputError unless `ulysses` divides the heads, naming the degrees that would work."""
     if heads % ulysses:
-        works = [d for d in _divisors(heads) if d <= world and world % d == 0]
+        works = [d for d in divisors(heads) if d <= world and world % d == 0]
         raise InputError(
             f"Ulysses splits {what} {heads} heads over {ulysses} ranks, which does not divide "
             f"them: Ulysses degrees that work on {world} ranks are {', '.join(map(str, works))} "
@@ -97,10 +93,10 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
         ulysses = cp.world
     elif cp.method == "usp":
         if ulysses is None:  # the largest head split that fits: Ulysses is cheaper inside a node
-            ulysses = max(d for d in _divisors(cp.world) if heads % d == 0)
+            ulysses = max(d for d in divisors(cp.world) if heads % d == 0)
         require(isinstance(ulysses, int) and ulysses >= 1 and cp.world % ulysses == 0,
                 f"usp needs a Ulysses degree that divides the {cp.world} ranks: choose one of "
-                f"{', '.join(map(str, _divisors(cp.world)))}, got {ulysses!r}")
+                f"{', '.join(map(str, divisors(cp.world)))}, got {ulysses!r}")
     else:
         ulysses = 1
     check_ulysses(heads, ulysses, cp.world)
@@ -233,7 +229,8 @@ def _gather_hook(cp: CPState):
 
 def _mesh_state(mesh, model, heads: int, ring_mode: str, shard_io: bool) -> CPState:
     """CP over the mesh's ring x ulysses dims (USP); tensor parallel over its tp dim (Wan)."""
-    from cpcourse.mesh import check_layout, cp_coords, cp_group, layout_of
+    from cpcourse.mesh import cp_coords, cp_group, layout_of
+    from cpcourse.support.layout import check_layout
 
     lay = check_layout(layout_of(mesh), heads=heads)
     if lay.tp > 1:

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 
 from cpcourse.mesh import cfg_branch, cfg_combine
+from cpcourse.models.build import arch_info
 from cpcourse.models.parallel import _latent_grid, cp_state
 from cpcourse.models.shards import gather_latents, shard_latents
-from cpcourse.models.tiny import arch_info
 from cpcourse.support.errors import require
 
 SCHEDULERS = {

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.dist import all_gather_single, comm_device, gather_uneven, shard_offsets, shard_sizes
 from cpcourse.models.parallel import _latent_grid, cp_state
 from cpcourse.support.errors import require
+from cpcourse.support.groups import all_gather_single, comm_device, gather_uneven
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 
 def _frame_dim(model) -> int:

@@ -21,9 +21,9 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from cpcourse.dist import comm_device, require_group, tracked
 from cpcourse.support.errors import InputError
-from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, _span
+from cpcourse.support.groups import comm_device, require_group, tracked
+from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, span
 
 
 class TPRMSNorm(nn.Module):
@@ -57,8 +57,8 @@ def _split_attention(attn, rank: int, tp: int, group) -> None:
     if attn.heads % tp:
         raise InputError(f"tensor parallel splits Wan's {attn.heads} heads over {tp} ranks, "
                          f"which does not divide them")
-    cols = _span(attn.to_q.out_features, rank, tp)
-    kv_cols = _span(attn.to_k.out_features, rank, tp)
+    cols = span(attn.to_q.out_features, rank, tp)
+    kv_cols = span(attn.to_k.out_features, rank, tp)
     attn.to_q = ColumnParallelLinear(attn.to_q, cols)
     attn.to_k = ColumnParallelLinear(attn.to_k, kv_cols)
     attn.to_v = ColumnParallelLinear(attn.to_v, kv_cols)
@@ -84,7 +84,7 @@ def tensor_parallel_wan(model, group):
         _split_attention(block.attn1, rank, tp, group)
         _split_attention(block.attn2, rank, tp, group)
         fc1, fc2 = block.ffn.net[0].proj, block.ffn.net[2]
-        cols = _span(fc1.out_features, rank, tp)
+        cols = span(fc1.out_features, rank, tp)
         block.ffn.net[0].proj = ColumnParallelLinear(fc1, cols)
         block.ffn.net[2] = RowParallelLinear(fc2, cols, group)
     model._cpcourse_tp = tp

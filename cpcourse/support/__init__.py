@@ -1,6 +1,6 @@
 """What every other module stands on: errors a caller can act on, and counting the bytes sent.
 
-    python -c "from cpcourse.tokens import video_tokens; video_tokens(-1, 1280, 81)"
+    python -c "from cpcourse.planner.tokens import video_tokens; video_tokens(-1, 1280, 81)"
 
 `errors`: `InputError` (a one-line message that says what to change; the command line prints it
 and exits 2), the checks that raise it, and the argument parser every command shares.

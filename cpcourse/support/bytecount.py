@@ -10,8 +10,8 @@
 The counter wraps the functions of `torch.distributed` for the duration of the block, so it
 measures whatever code runs inside (our all-to-all, someone else's ring), not what we think that
 code does. Only floating-point payloads count: the int64 shape/dtype agreement that
-`cpcourse.dist.agree` runs before a collective is bookkeeping, not data, and the cost model
-leaves it out too. Bytes a rank keeps for itself (its own slot of an all-to-all or all-gather)
+`cpcourse.support.groups.agree` runs before a collective is bookkeeping, not data, and the cost
+model leaves it out too. Bytes a rank keeps for itself (its own slot of an all-to-all or all-gather)
 do not count: they never cross a link. Single-threaded: one counter per process at a time.
 """
 

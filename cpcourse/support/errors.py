@@ -1,6 +1,6 @@
 """Errors a learner can act on.
 
-    python -c "from cpcourse.tokens import video_tokens; video_tokens(-1, 1280, 81)"
+    python -c "from cpcourse.planner.tokens import video_tokens; video_tokens(-1, 1280, 81)"
 
 Every check on user input raises `InputError`, a `ValueError` whose message is one line that
 says what to change. The command line prints that line and exits with status 2.
@@ -23,7 +23,7 @@ def require(ok: bool, message: str) -> None:
 
 
 def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
-    """Return `value` as an int, or raise an `InputError` naming the flag to fix."""
+    """Return `value` as an int, or raise an `InputError` naming the parameter `name` to fix."""
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
         raise InputError(f"{name} must be a whole number, got {value!r}")
     value = int(value)

@@ -2,9 +2,9 @@
 
     python -m cpcourse.viz.attention artifacts   # writes the four figures as PNG files
 
-Every number drawn is computed by `cpcourse` (measured with `cpcourse.memory`, predicted with
-`cpcourse.costs`, or produced by `cpcourse.online_softmax`). Figures are matplotlib `Figure`
-objects built without pyplot, as in `cpcourse.viz.tokens`.
+Every number drawn is computed by `cpcourse` (measured with `cpcourse.support.peak_memory`,
+predicted with `cpcourse.planner.costs`, or produced by `cpcourse.online_softmax`). Figures are
+matplotlib `Figure` objects built without pyplot, as in `cpcourse.viz.tokens`.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator, NullFormatter
 
-from cpcourse.costs import memory
+from cpcourse.planner.costs import memory
 from cpcourse.viz import fmt
 
 
@@ -29,7 +29,7 @@ def measure_memory_wall(lengths: Sequence[int], heads: int = 4, head_dim: int = 
     `naive_over_predicted`.
     """
     from cpcourse.attention import attention_with_lse, reference_attention
-    from cpcourse.memory import peak_memory
+    from cpcourse.support.peak_memory import peak_memory
 
     rows = []
     for length in lengths:

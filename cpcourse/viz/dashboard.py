@@ -17,10 +17,11 @@ from dataclasses import replace
 
 from matplotlib.figure import Figure
 
-from cpcourse.costs import comm, dtype_bytes
-from cpcourse.hardware import get_gpu, get_link, gpus, links
+from cpcourse.planner.costs import comm
+from cpcourse.planner.hardware import get_gpu, get_link, gpus, links
+from cpcourse.planner.tokens import FrameRule, frames_for_clip, get_model, presets
+from cpcourse.support.dtypes import nbytes
 from cpcourse.support.errors import InputError
-from cpcourse.tokens import FrameRule, frames_for_clip, get_model, presets
 from cpcourse.viz import fmt
 from cpcourse.viz.tokens import (
     CP_DEGREES,
@@ -82,7 +83,7 @@ def numbers(model: str = "wan2.1-t2v-14b", resolution: tuple[int, int] | None = 
     n = t.video_tokens + text
     if cp > n:
         raise InputError(f"CP degree {cp} is larger than the {n} tokens: pick a smaller CP")
-    b = dtype_bytes(dtype)
+    b = nbytes(dtype)
     mem = gpu_memory(m, n, cp, dtype=dtype, cfg_batch=1)
     g, lk = get_gpu(gpu), get_link(link)
     c = comm(n, cp, m.heads, m.head_dim, dtype=dtype, link=lk.id, gpu=g.id, layers=m.layers,

@@ -7,7 +7,7 @@ scale, cut into FA2's query blocks (Br rows) and key/value blocks (Bc rows). The
 are what one thread block holds at one moment: Q_i and O_i (query block i), K_j and V_j (key
 block j), the score tile S_ij = Q_i K_j^T and the running max m_i and sum l_i of its rows.
 Everything grey stays in HBM. Right: the bytes of every tensor and tile, from
-`cpcourse.flash_tiles.working_set`.
+`cpcourse.planner.flash_tiles.working_set`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from cpcourse.flash_tiles import fa2_tiles, working_set
+from cpcourse.planner.flash_tiles import fa2_tiles, working_set
 from cpcourse.viz import fmt
 
 PLACE_COLORS = {"HBM": "0.6", "shared memory": "C1", "registers": "C0"}

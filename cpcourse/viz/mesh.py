@@ -3,7 +3,7 @@ and a line for every pair of ranks that talk over each mesh dim, drawn by the li
 
     python -m cpcourse.viz.mesh artifacts   # mesh.png: ring2 x ulysses4, cfg2 x ring2 x ulysses2
 
-Everything drawn is computed from `cpcourse.mesh.Layout.coords` (ranks laid out cfg, ring,
+Everything drawn is computed from `cpcourse.support.layout.Layout.coords` (ranks laid out cfg, ring,
 ulysses, tp from outer to inner, the order `make_mesh` uses) and `gpus_per_node`: ranks
 0 .. gpus_per_node - 1 are node 0, and so on, so two ranks share NVLink when they share a node
 and talk over InfiniBand otherwise. `order` lays the same degrees out in another nesting (the
@@ -24,8 +24,8 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import FancyBboxPatch, Rectangle
 
-from cpcourse.mesh import DIMS, Layout
 from cpcourse.support.errors import positive_int, require
+from cpcourse.support.layout import DIMS, Layout
 
 COLOURS = {"cfg": "#8172b3", "ring": "#dd8452", "ulysses": "#4c72b0", "tp": "#55a868"}
 LINK_STYLE = {"nvlink": "-", "ib": "--"}

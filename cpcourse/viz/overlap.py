@@ -7,8 +7,8 @@ intensity is I = 2 Lq / b FLOPs per byte (Lq itself in bf16): it grows with the 
 holds. A link hides the step's transfer once I >= F / B, the GPU's FLOP/s over the link's
 bytes/s: the critical intensity, one vertical line per link. With the hop overlapped a step
 takes max(compute, comm), so the share of the kernel's rate it achieves is min(1, I B / F).
-Every number comes from `cpcourse.costs.comm` (the figures of `cpcourse comm`), each GPU with
-its own links from `cpcourse.hardware`.
+Every number comes from `cpcourse.planner.costs.comm` (the figures of `cpcourse comm`), each GPU
+with its own links from `cpcourse.planner.hardware`.
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from cpcourse import costs
-from cpcourse.hardware import get_gpu, get_link
-from cpcourse.tokens import get_model, model_tokens
+from cpcourse.planner import costs
+from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.tokens import get_model, model_tokens
 from cpcourse.viz import fmt
 
 GPUS = ("a100-80gb-sxm", "h100-sxm", "b200")

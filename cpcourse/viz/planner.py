@@ -3,15 +3,15 @@
     python -m cpcourse.viz.planner artifacts   # planner_validation.png: one panel per table
 
 `validation_figure(validate())` draws, for each published table
-(`cpcourse.validation.validate`), the published seconds and the predicted seconds against the
-GPU count, and the published one-GPU time divided by P (perfect scaling) for scale. Every point
+(`cpcourse.planner.validation.validate`), the published seconds and the predicted seconds against
+the GPU count, and the published one-GPU time divided by P (perfect scaling) for scale. Every point
 drawn is a number of `validate()`;
 each artist carries a gid ("published:TABLE:GPUS", "predicted:TABLE:GPUS") so a test reads them
 back.
 
 `amdahl_speedup` is Amdahl's law for a run whose time is a part that does not shrink with P
 plus a part that divides by P: what a serial term does to a speedup
-(`cpcourse.validation.amdahl_fit` finds the two parts in a published table).
+(`cpcourse.planner.validation.amdahl_fit` finds the two parts in a published table).
 
 `STEP_VIDEO_XDIT_H20` holds figures xDiT publishes for Step-Video-T2V 30B (quoted, so typed on
 purpose, with their source); the planner's own numbers for the same layouts come from `plan`.
@@ -22,7 +22,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator
 
-from cpcourse.hardware import get_gpu
+from cpcourse.planner.hardware import get_gpu
 
 # xdit-project/xDiT docs/performance/stepvideo.md, "Nvidia H20 Cluster (8xNVLink)": latency and
 # memory usage per GPU count and parallel type (SP = ulysses_degree). The page states neither
@@ -115,7 +115,7 @@ def validation_figure(v: dict, ncols: int = 4,
 
 
 if __name__ == "__main__":
-    from cpcourse.validation import validate
+    from cpcourse.planner.validation import validate
     from cpcourse.viz import write_figures
 
     write_figures({"planner_validation": validation_figure(validate())})

@@ -18,8 +18,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import FancyArrowPatch, Patch, Rectangle
 
-from cpcourse.dist import shard_sizes
 from cpcourse.sim import block_grid
+from cpcourse.support.shards import shard_sizes
 
 _BLOCKS = colormaps["tab10"]
 _KIND = {"compute": "#4c72b0", "comm": "#dd8452"}

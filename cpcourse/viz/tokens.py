@@ -2,9 +2,10 @@
 
     python -m cpcourse.viz.tokens artifacts   # writes tokens_growth.png and cp_memory.png
 
-Thin compositions of the calculators (`cpcourse.tokens`, `cpcourse.costs`, `cpcourse.hardware`);
-every number drawn comes from them. Figures are `matplotlib.figure.Figure` objects built without
-pyplot, so nothing is shown twice in a notebook and nothing leaks when a dashboard redraws.
+Thin compositions of the calculators (`cpcourse.planner.tokens`, `cpcourse.planner.costs`,
+`cpcourse.planner.hardware`); every number drawn comes from them. Figures are
+`matplotlib.figure.Figure` objects built without pyplot, so nothing is shown twice in a notebook
+and nothing leaks when a dashboard redraws.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from pathlib import Path
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
-from cpcourse.costs import dtype_bytes, memory, shard_sizes
-from cpcourse.hardware import get_gpu, gpus
-from cpcourse.tokens import (
+from cpcourse.planner.costs import memory, planned_shard_sizes
+from cpcourse.planner.hardware import get_gpu, gpus
+from cpcourse.planner.tokens import (
     FrameRule,
     ModelPreset,
     frames_for_clip,
@@ -29,6 +30,7 @@ from cpcourse.tokens import (
     presets,
     video_tokens,
 )
+from cpcourse.support.dtypes import nbytes
 from cpcourse.viz import fmt
 
 CP_DEGREES = (1, 2, 4, 8, 16, 32)
@@ -86,7 +88,7 @@ def gpu_memory(m: ModelPreset, tokens: int, cp: int, *, dtype: str = "bf16",
     """
     mem = memory(tokens, m.hidden, m.heads, dtype=dtype, cp=cp, ffn=m.ffn, layers=m.layers,
                  params_b=m.params_b, cfg_batch=cfg_batch)
-    scores = mem["tokens_per_rank"] * tokens * m.heads * dtype_bytes(dtype) * cfg_batch
+    scores = mem["tokens_per_rank"] * tokens * m.heads * nbytes(dtype) * cfg_batch
     return {
         "cp": cp, "tokens_per_rank": mem["tokens_per_rank"],
         "weights": mem["weights_bytes"],
@@ -121,7 +123,7 @@ def short_parallel(text: str) -> str:
 
 def model_rows(dtype: str = "bf16") -> list[dict]:
     """One row per preset at its default video: tokens, attention memory, Q/K/V, parallelism."""
-    b = dtype_bytes(dtype)
+    b = nbytes(dtype)
     rows = []
     for m in presets().values():
         t = model_tokens(m.id)
@@ -180,7 +182,7 @@ def draw_growth(ax_t, ax_m, height: int, width: int, fps: float, vaes: Sequence[
                 max_seconds: float = 20, mark_seconds: float | None = None,
                 dtype: str = "bf16", text_tokens: int = 0, styles: Sequence[str] = ()) -> None:
     """Tokens (on `ax_t`) and one head's score matrix (on `ax_m`, if given) vs clip length."""
-    b = dtype_bytes(dtype)
+    b = nbytes(dtype)
     secs = [0.5 * i for i in range(1, int(max_seconds * 2) + 1)]
     for i, v in enumerate(vaes):
         h, w = snap_to_grid(height, v.px_per_token), snap_to_grid(width, v.px_per_token)
@@ -269,7 +271,7 @@ def cp_memory_figure(model_id: str, tokens: int, *, cp_degrees: Sequence[int] = 
 
 def tokens_per_rank(tokens: int, cp: int) -> int:
     """The largest shard: the rank that sets the pace."""
-    return max(shard_sizes(tokens, cp))
+    return max(planned_shard_sizes(tokens, cp))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,8 @@ from matplotlib import colormaps
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from cpcourse.dist import shard_offsets, shard_sizes
 from cpcourse.support.errors import require
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 _RANKS = colormaps["tab10"]
 

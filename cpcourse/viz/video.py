@@ -2,9 +2,9 @@
 
     python -m cpcourse.viz.video artifacts     # writes the layout and byte-model figures as PNG
 
-Every number drawn comes from `cpcourse` (the split from `cpcourse.dist.shard_sizes`, bytes from
-`cpcourse.course.video_lab` / `cpcourse.video_costs`, memory from `cpcourse.sampling`). Figures are
-matplotlib `Figure` objects built without pyplot.
+Every number drawn comes from `cpcourse` (the split from `cpcourse.support.shards.shard_sizes`,
+bytes from `cpcourse.course.video_lab` / `cpcourse.planner.video_costs`, memory from
+`cpcourse.tinydit.sampling`). Figures are matplotlib `Figure` objects built without pyplot.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import torch
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-from cpcourse.dist import shard_sizes
+from cpcourse.support.shards import shard_sizes
 from cpcourse.viz import fmt
 
 _RANK_COLORS = colormaps["tab10"]
@@ -106,14 +106,14 @@ def memory_figure(reports: dict) -> Figure:
         x += 0.5
     ax.set_xticks(ticks, labels, fontsize=7)
     ax.set_ylabel("peak tensor memory per rank (MiB)")
-    ax.set_title("bars: measured (cpcourse.memory); black marks: predicted (dit_costs)",
+    ax.set_title("bars: measured (support.peak_memory); black marks: predicted (tinydit.costs)",
                  fontsize=9)
     fig.tight_layout()
     return fig
 
 
 def _main(argv: list[str]) -> int:
-    from cpcourse.video_costs import video_bytes_table
+    from cpcourse.planner.video_costs import video_bytes_table
 
     out = Path(argv[0] if argv else "artifacts")
     out.mkdir(parents=True, exist_ok=True)

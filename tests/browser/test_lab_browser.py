@@ -26,7 +26,7 @@ import jupytext
 import nbformat
 import pytest
 
-from cpcourse.tokens import model_tokens
+from cpcourse.planner.tokens import model_tokens
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts" / "browser"

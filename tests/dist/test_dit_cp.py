@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from cpcourse.cli.generate import main
-from cpcourse.dit import CPContext, DiTConfig, build_model
 from cpcourse.launch import launch
-from cpcourse.sampling import initial_noise, sample
+from cpcourse.tinydit.model import CPContext, DiTConfig, build_model
+from cpcourse.tinydit.sampling import initial_noise, sample
 
 pytestmark = pytest.mark.dist
 
@@ -33,7 +33,7 @@ TRAINED = [("ring", 0), ("ulysses", 3)]
 
 
 def _trained_spec(full, seed):
-    from cpcourse.shapes_model import load_shapes_model, shipped_path
+    from cpcourse.tinydit.training import load_shapes_model, shipped_path
 
     return {"model": load_shapes_model().cfg.as_dict(), "weights": shipped_path(),
             "dtype": "fp32", "weight_seed": 0, "seed": seed, "shape": [1, 3, 8, 32, 32],
@@ -44,7 +44,7 @@ def _trained_spec(full, seed):
 def many(specs):
     import torch.distributed as dist
 
-    from cpcourse.sampling import generate_rank
+    from cpcourse.tinydit.sampling import generate_rank
 
     world = dist.get_world_size()  # Ulysses splits the heads: skip it where P does not divide H
     return [None if spec["full_method"] == "ulysses" and spec["model"]["heads"] % world
@@ -81,9 +81,9 @@ def test_trained_model_draws_the_same_clip_at_every_p(runs):
     """The shipped weights under CP: the clip at P = 1..4 equals one process's (float32: 1e-5
     with the ring, what `generate` uses), the tracker sees a circle moving right, and the
     memory ledger still predicts the ring's peak."""
-    from cpcourse.sampling import single_process_sample
-    from cpcourse.shapes import matches, track
-    from cpcourse.shapes_model import to_clip
+    from cpcourse.tinydit.moving_shapes import matches, track
+    from cpcourse.tinydit.sampling import single_process_sample
+    from cpcourse.tinydit.training import to_clip
 
     for j, (full, seed) in enumerate(TRAINED):
         i = len(CONFIGS) + j
@@ -130,7 +130,7 @@ def test_peak_memory_falls_with_p_and_matches_the_model(runs):
 def test_generate_command_draws_a_clip_saves_it_and_a_gif(tmp_path, capsys):
     from PIL import Image
 
-    from cpcourse.shapes import matches, track
+    from cpcourse.tinydit.moving_shapes import matches, track
 
     out, gif = tmp_path / "clip.pt", tmp_path / "clip.gif"
     assert main(["--prompt", "square-up", "--seed", "1", "--nproc", "2", "--save", str(out),

@@ -50,7 +50,7 @@ def both_receive():
     import torch
     import torch.distributed as dist
 
-    from cpcourse.dist import tracked
+    from cpcourse.support.groups import tracked
 
     buf = torch.zeros(4)
     if dist.get_rank() == 0:

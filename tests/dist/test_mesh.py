@@ -9,10 +9,10 @@ ours, and the refusals; one launch of 8 ranks runs the 3-D layouts.
 import pytest
 import torch
 
-from cpcourse.dit import DiTConfig
 from cpcourse.launch import launch
-from cpcourse.mesh import Layout
-from cpcourse.sampling import mesh_shards, single_process_sample
+from cpcourse.support.layout import Layout
+from cpcourse.tinydit.model import DiTConfig
+from cpcourse.tinydit.sampling import mesh_shards, single_process_sample
 
 pytestmark = pytest.mark.dist
 
@@ -42,8 +42,8 @@ def on_mesh(runs: list[tuple[str, str]]) -> dict:
     import torch.distributed as dist
 
     from cpcourse.mesh import make_mesh
-    from cpcourse.sampling import generate_mesh_rank
     from cpcourse.support.errors import InputError
+    from cpcourse.tinydit.sampling import generate_mesh_rank
 
     out: dict = {"runs": {}}
     for name, text in runs:
@@ -77,7 +77,7 @@ def _torch_tp_vs_ours() -> float:
         parallelize_module,
     )
 
-    from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, _span
+    from cpcourse.tensor_parallel import ColumnParallelLinear, RowParallelLinear, span
 
     gen = torch.Generator().manual_seed(0)
     mlp = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.GELU(), torch.nn.Linear(32, 8))
@@ -88,7 +88,7 @@ def _torch_tp_vs_ours() -> float:
     mesh = init_device_mesh("cpu", (4,), mesh_dim_names=("tp",))
     group = mesh.get_group("tp")
     rank = mesh.get_local_rank("tp")
-    cols = _span(32, rank, 4)
+    cols = span(32, rank, 4)
     ours = torch.nn.Sequential(ColumnParallelLinear(mlp[0], cols), torch.nn.GELU(),
                                RowParallelLinear(mlp[2], cols, group))
     with torch.no_grad():

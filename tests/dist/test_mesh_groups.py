@@ -11,7 +11,7 @@ dim); this launch holds that rule to the meshes torch actually makes.
 import pytest
 
 from cpcourse.launch import launch
-from cpcourse.mesh import DIMS, Layout, layouts
+from cpcourse.support.layout import DIMS, Layout, layouts
 from cpcourse.viz import mesh as vm
 
 pytestmark = pytest.mark.dist

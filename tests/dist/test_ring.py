@@ -51,9 +51,9 @@ def cp_cases(cases):
     import torch.distributed as dist
 
     from cpcourse.attention import reference_attention
-    from cpcourse.dist import shard
     from cpcourse.ring import ring_attention
     from cpcourse.support.errors import InputError
+    from cpcourse.support.shards import shard
     from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -145,8 +145,8 @@ def _remembered_agreement(world: int) -> list[dict]:
 
     import cpcourse.ring as ring
     from cpcourse.attention import reference_attention
-    from cpcourse.dist import shard
     from cpcourse.support.errors import InputError
+    from cpcourse.support.shards import shard
 
     rank = dist.get_rank()
     agreements = []

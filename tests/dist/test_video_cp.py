@@ -27,10 +27,11 @@ def video_cases(cases):
     """Runs on every rank: each method on each case; returns rows of measured numbers."""
     import torch.distributed as dist
 
-    from cpcourse import video, video_costs
-    from cpcourse.rope import rope_3d
+    from cpcourse import video
+    from cpcourse.planner import video_costs
     from cpcourse.support.bytecount import count_bytes
     from cpcourse.support.errors import InputError
+    from cpcourse.tinydit.rope import rope_3d
 
     rank, world = dist.get_rank(), dist.get_world_size()
     rows = []

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from cpcourse.dit import DiTConfig, build_model
 from cpcourse.launch import launch
-from cpcourse.sampling import initial_noise
-from cpcourse.windows import sample_windows
+from cpcourse.tinydit.model import DiTConfig, build_model
+from cpcourse.tinydit.sampling import initial_noise
+from cpcourse.tinydit.windows import sample_windows
 
 pytestmark = pytest.mark.dist
 CFG = dict(in_channels=3, patch=4, hidden=32, heads=2, depth=2, attention="full",

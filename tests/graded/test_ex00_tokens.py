@@ -3,8 +3,8 @@ of a token split hold whole frames (00.2).
 
     python -m pytest tests/graded/test_ex00_tokens.py --impl exercises
 
-00.1 is compared with the library's own `cpcourse.tokens.video_tokens`, 00.2 with a brute-force
-`torch.tensor_split` of the token indices.
+00.1 is compared with the library's own `cpcourse.planner.tokens.video_tokens`, 00.2 with a
+brute-force `torch.tensor_split` of the token indices.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from cpcourse.course.testing import assert_close
-from cpcourse.tokens import model_tokens, video_tokens
+from cpcourse.planner.tokens import model_tokens, video_tokens
 
 HINT = ("latent frames T = F, or (F-1)//vae_temporal + 1 when vae_temporal > 1; "
         "tokens = ceil(T/p_t) * (H // (s*p_h)) * (W // (s*p_w))")

@@ -24,7 +24,7 @@ from cpcourse.attention import (
 )
 from cpcourse.course import load
 from cpcourse.course.testing import assert_close
-from cpcourse.memory import peak_memory
+from cpcourse.support.peak_memory import peak_memory
 
 DIMS = ("B", "H", "L", "D")
 LSE_DIMS = ("B", "H", "L")

@@ -35,7 +35,7 @@ def rank_worker(impl_name, exercise, shapes, sizes):
     import torch.distributed as dist
 
     from cpcourse.course import load
-    from cpcourse.dist import shard
+    from cpcourse.support.shards import shard
 
     mod = load(impl_name, "ex04_ring")
     rank = dist.get_rank()

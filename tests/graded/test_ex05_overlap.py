@@ -10,8 +10,8 @@ import math
 import pytest
 import torch
 
-from cpcourse.costs import comm
-from cpcourse.hardware import get_gpu, get_link
+from cpcourse.planner.costs import comm
+from cpcourse.planner.hardware import get_gpu, get_link
 from cpcourse.sim import simulate_ring, timeline
 from cpcourse.viz.ring import at_scale
 

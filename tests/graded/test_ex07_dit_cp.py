@@ -7,9 +7,9 @@ import pytest
 import torch
 
 from cpcourse.course.testing import assert_close
-from cpcourse.dit import frame_embedding
-from cpcourse.rope import rope_3d
-from cpcourse.sampling import initial_noise
+from cpcourse.tinydit.model import frame_embedding
+from cpcourse.tinydit.rope import rope_3d
+from cpcourse.tinydit.sampling import initial_noise
 
 DIMS = ("B", "H", "T", "S", "D")
 
@@ -44,7 +44,7 @@ def test_local_noise_is_the_same_video_for_every_p(impl):
 
 @pytest.mark.ex("07.3")
 def test_shard_embed_is_one_process_at_any_split(impl):
-    from cpcourse.dit import DiTConfig, build_model, patchify
+    from cpcourse.tinydit.model import DiTConfig, build_model, patchify
 
     mod = impl("ex07_dit_cp")
     model = build_model(DiTConfig(hidden=24, heads=2, depth=1, frame_embed=True), weight_seed=3)

@@ -13,8 +13,8 @@ import torch
 
 from cpcourse.attention import attention_with_lse, reference_attention
 from cpcourse.course.testing import assert_close
-from cpcourse.dist import shard_offsets, shard_sizes
 from cpcourse.models import build, example_inputs
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 pytest.importorskip("diffusers")
 

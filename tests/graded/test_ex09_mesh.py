@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from cpcourse.course.testing import assert_close
 from cpcourse.launch import LaunchError, launch
-from cpcourse.mesh import DIMS, Layout, layouts
+from cpcourse.support.layout import DIMS, Layout, layouts
 
 CFG_CASES = [((1, 4, 3, 5, 6), torch.float32, 4.0), ((2, 7), torch.float64, -2.5),
              ((3, 1, 9), torch.float32, 1.0), ((1, 16, 24), torch.float32, 0.0)]
@@ -264,8 +264,8 @@ PLACEMENTS = [(16, 8, 24, 1, 1), (16, 8, 24, 1, 2), (16, 8, 24, 2, 1), (32, 8, 4
 
 def _between_nodes(layout, per_node, heads):
     """Bytes per step between nodes, per dim, for the course's DiT with `heads` heads."""
-    from cpcourse.dit import DiTConfig
-    from cpcourse.dit_costs import predicted_bytes_per_step
+    from cpcourse.tinydit.costs import predicted_bytes_per_step
+    from cpcourse.tinydit.model import DiTConfig
     from cpcourse.viz.mesh import traffic_by_link
 
     cfg = DiTConfig(hidden=8 * heads, heads=heads, attention="full", depth=2)
@@ -280,7 +280,7 @@ def test_choose_layout_keeps_blocking_traffic_in_a_node_and_sends_least_across(i
         case = (f"{gpus} GPUs in nodes of {per_node}, {heads} heads, {forwards} forward(s) per "
                 f"step, tp {tp}")
         got = mod.choose_layout(gpus, per_node, heads, forwards, tp)
-        assert isinstance(got, Layout), f"{case}: return a cpcourse.mesh.Layout, got {got!r}"
+        assert isinstance(got, Layout), f"{case}: return a Layout, got {got!r}"
         allowed = [lay for lay in layouts(gpus, heads, cfg=forwards == 2) if lay.tp == tp]
         assert got in allowed, (
             f"{case}: {got} is not a layout of {gpus} ranks with tp {tp} that the heads (and "

@@ -1,5 +1,5 @@
-"""Graded tests of notebook 10: the planner's terms, against `cpcourse.deployment.cost` and
-`cpcourse.plan.validity`.
+"""Graded tests of notebook 10: the planner's terms, against `cpcourse.planner.deployment.cost` and
+`cpcourse.planner.plan.validity`.
 
     python -m pytest tests/graded --ex 10.1 --impl solutions
 
@@ -14,11 +14,12 @@ import random
 
 import pytest
 
-from cpcourse.deployment import cost
-from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
-from cpcourse.mesh import Layout, layouts
-from cpcourse.plan import validity
-from cpcourse.tokens import facts, get_model, model_tokens
+from cpcourse.planner.deployment import cost
+from cpcourse.planner.facts import facts
+from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.plan import validity
+from cpcourse.planner.tokens import get_model, model_tokens
+from cpcourse.support.layout import Layout, layouts
 
 MODELS = ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "wan2.2-t2v-a14b", "hunyuanvideo-13b",
           "cogvideox-5b", "mochi-1", "step-video-t2v-30b", "ltx-video-13b")

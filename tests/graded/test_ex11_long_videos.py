@@ -8,8 +8,8 @@ import random
 import pytest
 import torch
 
-from cpcourse import windows
 from cpcourse.course.testing import assert_close
+from cpcourse.tinydit import windows
 
 
 def _cases(n=300, seed=0):
@@ -79,7 +79,7 @@ def test_frame_weights_small_case(impl):
 
 @pytest.mark.ex("11.3")
 def test_rank_blend_sums_to_the_one_process_blend(impl):
-    from cpcourse.dist import shard_offsets, shard_sizes
+    from cpcourse.support.shards import shard_offsets, shard_sizes
 
     mod = impl("ex11_long_videos")
     gen = torch.Generator().manual_seed(0)

@@ -62,7 +62,7 @@ def test_model_fills_dimensions(capsys):
     # how the pipeline holds memory reaches the planner from the command line
     d = json.loads(run(capsys, "plan", "--model", "wan2.1-t2v-1.3b", "--gpus", "1", "--gpu",
                        "rtx4090", "--released", "--offload", "--text-encoder-cpu", "--json")[1])
-    from cpcourse.plan import plan
+    from cpcourse.planner.plan import plan
 
     assert d["per_gpu_bytes"] == plan("wan2.1-t2v-1.3b", gpus=1, gpu="rtx4090", released=True,
                                       offload=True, text_encoder_cpu=True)["per_gpu_bytes"]

@@ -7,7 +7,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpcourse import costs, hardware
+from cpcourse.planner import costs, hardware
 from cpcourse.support.errors import InputError
 
 
@@ -75,7 +75,7 @@ def test_ulysses_moves_p_over_2_less_than_the_ring():
     (lambda: costs.comm(100, 2, 2, 64, link="carrier-pigeon"), "unknown link"),
     (lambda: costs.comm(100, 2, 2, 64, link="pcie5", gpu="tpu"), "unknown GPU"),
     (lambda: costs.memory(100, 100, 3), "not divisible by --heads"),
-    (lambda: costs.memory(100, 96, 3, dtype="fp8"), "--dtype must be one of"),
+    (lambda: costs.memory(100, 96, 3, dtype="fp8"), "dtype must be one of"),
     (lambda: costs.memory(-5, 96, 3), "--tokens must be > 0"),
 ])
 def test_bad_input(call, words):
@@ -87,5 +87,5 @@ def test_bad_input(call, words):
 def test_shards_like_tensor_split(n, p):
     if p > n:
         return
-    sizes = costs.shard_sizes(n, p)
+    sizes = costs.planned_shard_sizes(n, p)
     assert sizes == [len(s) for s in torch.arange(n).tensor_split(p)]

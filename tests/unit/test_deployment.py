@@ -9,20 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cpcourse.deployment import MERGE_BYTES_PER_ELEMENT, all_reduces_per_forward, cost
-from cpcourse.fixed_costs import (
-    measured_share,
-    vae_decode_flops,
-    vae_flops_table,
-    vae_measurements,
-    vae_share,
-)
-from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
-from cpcourse.mesh import Layout
-from cpcourse.plan import plan, validity
+from cpcourse.planner.deployment import MERGE_BYTES_PER_ELEMENT, all_reduces_per_forward, cost
+from cpcourse.planner.facts import facts, published_runs, vae_flops_table, vae_measurements
+from cpcourse.planner.fixed_costs import measured_share, vae_decode_flops, vae_share
+from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.plan import plan, validity
+from cpcourse.planner.tokens import model_tokens
+from cpcourse.planner.validation import validate
 from cpcourse.support.errors import InputError
-from cpcourse.tokens import facts, model_tokens, published_runs
-from cpcourse.validation import validate
+from cpcourse.support.layout import Layout
 
 WAN, HY = "wan2.1-t2v-14b", "hunyuanvideo-13b"
 
@@ -155,7 +150,7 @@ def test_validation_reports_every_published_run():
 
 
 def test_amdahl_fit_splits_a_time_into_serial_and_parallel():
-    from cpcourse.validation import amdahl_fit
+    from cpcourse.planner.validation import amdahl_fit
 
     pts = [(p, 40.0 + 1000.0 / p) for p in (1, 2, 3, 8)]
     assert amdahl_fit(pts) == pytest.approx((40.0, 1000.0))
@@ -175,7 +170,7 @@ def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs()
 
 
 def test_the_track_record_is_the_nearest_published_runs():
-    from cpcourse.validation import track_record
+    from cpcourse.planner.validation import track_record
 
     v = validate()
     rows = v["rows"] + v["holdout"]["rows"]
@@ -200,7 +195,7 @@ def test_the_track_record_is_the_nearest_published_runs():
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():
     """The held-out table (found after the set was fixed) is reported on its own, with the
     same keys, each row predicted with its own layout; none of it leaks into the set's error."""
-    from cpcourse.tokens import holdout_runs
+    from cpcourse.planner.facts import holdout_runs
 
     v = validate()
     held = holdout_runs()["runs"]
@@ -217,7 +212,7 @@ def test_held_out_runs_are_predicted_apart_from_the_validation_set():
 
 
 def test_hunyuan_vae_mask_rows_by_hand():
-    from cpcourse.fixed_costs import hunyuan_vae_mask_rows as rows
+    from cpcourse.planner.fixed_costs import hunyuan_vae_mask_rows as rows
 
     # 720p, 129 frames: latent 33 x 90 x 160. Temporal tiles start at 0, 12, 24 (17, 17, 9
     # frames); spatial tiles start every 24: heights 32, 32, 32, 18; widths six 32s and a 16

@@ -4,10 +4,10 @@ import pytest
 import torch
 
 from cpcourse.cli.generate import main
-from cpcourse.dit import DiTConfig, build_model, patchify, unpatchify
-from cpcourse.dit_costs import peak_phase, phase_elements, predicted_peak_bytes
-from cpcourse.sampling import initial_noise, sample
 from cpcourse.support.errors import InputError
+from cpcourse.tinydit.costs import peak_phase, phase_elements, predicted_peak_bytes
+from cpcourse.tinydit.model import DiTConfig, build_model, patchify, unpatchify
+from cpcourse.tinydit.sampling import initial_noise, sample
 
 
 def test_patchify_round_trip_and_token_order():

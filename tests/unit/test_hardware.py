@@ -6,11 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse import costs, hardware
-from cpcourse.plan import plan
+from cpcourse.planner import costs, hardware
+from cpcourse.planner.facts import facts, published_runs
+from cpcourse.planner.plan import plan
+from cpcourse.planner.tokens import get_model
 from cpcourse.support.errors import InputError
-from cpcourse.tokens import facts, get_model, published_runs
-from cpcourse.viz.seed import tp_across_nodes
+from cpcourse.viz.article_audit import tp_across_nodes
 
 PCIE_ONLY = ("l40s", "l20", "rtx4090")
 NVLINK_400 = {"h800": "nvlink4-h800", "a800-80gb-sxm": "nvlink3-a800"}

@@ -1,24 +1,39 @@
-"""The package's layout holds: concepts on top, machinery in subpackages, imports only downwards.
+"""The package's layout holds: chapters ranked in course order, imports only downwards.
 
     python -m pytest tests/unit/test_layout.py -q
 
-Layers, lowest first (README "Layout"): `support` < the concept modules at the top of
-`cpcourse/` and the concept package `models` < `launch` < `course`, `viz` < `bench` < `cli`.
-A module may import its own layer or a lower one, never a higher one, and no chain of imports
-comes back to where it started. Imports inside functions count too: a lazy import still ties
-the two modules together.
+Ranks, lowest first (README "Layout"): `support` < the concept modules at the top of `cpcourse/`,
+in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
+tensor parallelism < the mesh < video) < the chapters `tinydit`, `models`, `planner` and the
+machinery `launch` < `course`, `viz` < `bench` < `cli`. A module may import its own chapter (its
+package, or itself) or any chapter of a lower rank; never a sibling chapter of the same rank, never
+a higher one, and no chain of imports comes back to where it started. Imports inside functions
+count too: a lazy import still ties the two modules together.
 """
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 PKG = Path(__file__).resolve().parents[2] / "cpcourse"
-LAYERS = {"support": 0, "": 1, "models": 1, "launch": 2, "course": 3, "viz": 3, "bench": 4,
-          "cli": 5, "__main__": 5}  # `python -m cpcourse` is the command line
+RANKS = {
+    "support": 0,
+    "online_softmax": 1,
+    "attention": 2,
+    "sim": 3, "ring": 3, "ulysses": 3, "tensor_parallel": 3,
+    "mesh": 4,
+    "video": 5,
+    "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
+    "course": 7, "viz": 7,  # and `runs`, when it comes
+    "bench": 8,
+    "cli": 9,
+    "__main__": 10,  # `python -m cpcourse` runs the command line
+}
 
 
 def _modules() -> dict[str, Path]:
@@ -34,11 +49,13 @@ def _modules() -> dict[str, Path]:
 MODULES = _modules()
 
 
-def layer(mod: str) -> int:
-    parts = mod.split(".")
-    if len(parts) == 2 and parts[1] not in LAYERS:  # cpcourse.<concept>
-        return LAYERS[""]
-    return LAYERS[parts[1]]
+def chapter(mod: str) -> str:
+    """`cpcourse.planner.costs` -> "planner", `cpcourse.ring` -> "ring"."""
+    return mod.split(".")[1]
+
+
+def rank(mod: str) -> int:
+    return RANKS[chapter(mod)]
 
 
 def imports_of(mod: str) -> set[str]:
@@ -61,16 +78,34 @@ def imports_of(mod: str) -> set[str]:
 GRAPH = {m: imports_of(m) for m in MODULES if m != "cpcourse"}  # the root only re-exports lazily
 
 
-def test_every_subpackage_has_a_layer():
-    subpackages = {p.parent.name for p in PKG.glob("*/__init__.py")}
-    assert subpackages <= set(LAYERS), f"give {sorted(subpackages - set(LAYERS))} a layer here"
-    assert (PKG / "support" / "__init__.py").exists() and (PKG / "launch" / "__init__.py").exists()
+def test_every_chapter_has_a_rank():
+    chapters = {p.parent.name for p in PKG.glob("*/__init__.py")}
+    chapters |= {p.stem for p in PKG.glob("*.py") if p.stem != "__init__"}
+    assert chapters <= set(RANKS), f"give {sorted(chapters - set(RANKS))} a rank here"
+    assert set(RANKS) - {"__main__"} <= chapters | {"__main__"}, "RANKS names a missing chapter"
 
 
 @pytest.mark.parametrize("mod", sorted(GRAPH))
 def test_imports_only_downwards(mod):
-    up = sorted(b for b in GRAPH[mod] if layer(b) > layer(mod))
-    assert not up, f"{mod} (layer {layer(mod)}) imports {up} from a higher layer"
+    up = sorted(b for b in GRAPH[mod] if rank(b) > rank(mod))
+    assert not up, f"{mod} (rank {rank(mod)}) imports {up} from a higher rank"
+
+
+@pytest.mark.parametrize("mod", sorted(GRAPH))
+def test_no_sideways_import_between_chapters(mod):
+    side = sorted(b for b in GRAPH[mod] if rank(b) == rank(mod) and chapter(b) != chapter(mod))
+    assert not side, (f"{mod} imports {side} from a sibling chapter of the same rank: move what "
+                      f"both need down a rank")
+
+
+def test_the_planner_loads_without_torch():
+    """The planner is arithmetic on sourced numbers: `cpcourse plan` starts without torch."""
+    code = ("import sys, pkgutil, importlib, cpcourse.planner as p\n"
+            "for m in pkgutil.iter_modules(p.__path__):\n"
+            "    importlib.import_module('cpcourse.planner.' + m.name)\n"
+            "print(sorted(n for n in sys.modules if n.split('.')[0] == 'torch')[:3])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]", f"the planner imports torch: {out.stdout.strip()}"
 
 
 def test_no_import_cycle():
@@ -95,13 +130,18 @@ def test_the_checks_can_fail():
     """The layer rule and the cycle search see real imports (the rule is not vacuous)."""
     assert "cpcourse.launch.proctree" in GRAPH["cpcourse.launch.launcher"]
     assert "cpcourse.support.errors" in GRAPH["cpcourse.ring"]
-    assert layer("cpcourse.cli.demo") > layer("cpcourse.ring") > layer("cpcourse.support.errors")
+    assert "cpcourse.attention" in GRAPH["cpcourse.ring"]
+    assert rank("cpcourse.cli.demo") > rank("cpcourse.planner.plan") > rank("cpcourse.video")
+    assert rank("cpcourse.video") > rank("cpcourse.ring") > rank("cpcourse.support.errors")
+    assert chapter("cpcourse.tinydit.model") != chapter("cpcourse.models.build")
 
 
 CONTRACT = ["cpcourse.attention:attention_with_lse", "cpcourse.attention:merge_attention",
             "cpcourse.ring:ring_attention", "cpcourse.ulysses:ulysses_attention",
             "cpcourse.launch:launch", "cpcourse.video:frame_shard", "cpcourse.video:gather_frames",
-            "cpcourse:check",
+            "cpcourse.video:temporal_attention_cp", "cpcourse.video:full_attention_cp",
+            "cpcourse.video:spatial_attention", "cpcourse.models:parallelize",
+            "cpcourse.mesh:make_mesh", "cpcourse:check", "cpcourse:hint",
             "cpcourse:exercise", "cpcourse:use_reference", "cpcourse:load_ipython_extension",
             "cpcourse.course:exercise", "cpcourse.course:use_reference", "cpcourse.cli:main"]
 

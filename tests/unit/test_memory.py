@@ -1,4 +1,5 @@
-"""cpcourse.memory: peak tensor memory of a call, checked against allocations we know exactly.
+"""cpcourse.support.peak_memory: peak tensor memory of a call, checked against allocations we know
+exactly.
 
     python -m pytest tests/unit/test_memory.py -q
 """
@@ -8,9 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from cpcourse import costs
 from cpcourse.attention import attention_v4_blockwise, attention_with_lse, reference_attention
-from cpcourse.memory import StorageTracker, peak_memory
+from cpcourse.planner import costs
+from cpcourse.support.peak_memory import StorageTracker, peak_memory
 
 N = 1_000_000
 

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cpcourse.dit import DiTConfig
-from cpcourse.dit_costs import predicted_bytes_per_step
-from cpcourse.mesh import DIMS, Layout, check_layout, layouts
 from cpcourse.support.errors import InputError
+from cpcourse.support.layout import DIMS, Layout, check_layout, layouts
+from cpcourse.tinydit.costs import predicted_bytes_per_step
+from cpcourse.tinydit.model import DiTConfig
 
 
 def test_parse_and_text():

@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse.cli import main
-from cpcourse.dist import shard_offsets, shard_sizes
 from cpcourse.models import ARCHS, build, example_inputs, parallelize
+from cpcourse.models.build import cast, latent_shape
 from cpcourse.models.processors import _text_keep
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
 from cpcourse.models.sampler import sample
-from cpcourse.models.tiny import cast, latent_shape
 from cpcourse.support.errors import InputError
+from cpcourse.support.shards import shard_offsets, shard_sizes
 
 pytest.importorskip("diffusers")
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse.pipeline_memory import (
+from cpcourse.planner.facts import facts, published_runs
+from cpcourse.planner.pipeline_memory import (
     Residency,
     decode_working_bytes,
     phases,
@@ -15,9 +16,9 @@ from cpcourse.pipeline_memory import (
     text_encoder_params,
     vae_params,
 )
-from cpcourse.plan import plan
-from cpcourse.tokens import facts, model_tokens, published_runs
-from cpcourse.validation import how_run, validate
+from cpcourse.planner.plan import plan
+from cpcourse.planner.tokens import model_tokens
+from cpcourse.planner.validation import how_run, validate
 
 TOOLS = Path(__file__).resolve().parents[2] / "tools"
 WAN, WAN13, HY = "wan2.1-t2v-14b", "wan2.1-t2v-1.3b", "hunyuanvideo-13b"
@@ -31,12 +32,12 @@ def _working(tok, family_coeffs, scale):
 
 
 def test_each_phase_by_hand():
-    from cpcourse.pipeline_memory import _vae_memory
+    from cpcourse.planner.facts import vae_memory_table
 
     tok = model_tokens(WAN, 720, 1280, 81)
     w, loop = 7e9, 1e9  # the transformer's weights on a GPU and the loop's bytes, as given
     te, vae = 5.7e9 * 2 / 8, vae_params(WAN) * 4  # T5 bf16 over 8 FSDP shards; VAE in float32
-    work = _working(tok, _vae_memory()["wan2.1"]["peak_bytes"], 1.0)  # derived in float32
+    work = _working(tok, vae_memory_table()["wan2.1"]["peak_bytes"], 1.0)  # derived in float32
     got = phases(WAN, tok, transformer=w, loop=loop, shards=8, released=True,
                  residency=Residency())
     assert got["phases"] == {"encode": int(w + te + vae), "denoise": int(w + te + vae + loop),
@@ -107,9 +108,9 @@ def test_decode_memory_file_is_what_diffusers_holds():
         d = torch.empty(3000, device="meta")  # 4,000 + 4,000 + 12,000
         del b, c, d, e
     assert m.peak == 20_000 and m.now == 0
-    from cpcourse.pipeline_memory import _vae_memory
+    from cpcourse.planner.facts import vae_memory_table
 
-    fam = _vae_memory()["wan2.1"]
+    fam = vae_memory_table()["wan2.1"]
     assert peak_bytes(fam["class"], fam["latent_channels"], fam["dtype"], fam["tiling"],
                       SHAPES[0]) == fam["points"][0]["peak_bytes"]
     for pt in fam["points"]:  # the three coefficients pass through every derived point
@@ -127,7 +128,7 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
         from derive_vae_memory import RELEASED, SHAPES
     finally:
         sys.path.remove(str(TOOLS))
-    from cpcourse.fixed_costs import HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE
+    from cpcourse.planner.fixed_costs import HY_TILE, HY_TILE_STRIDE, HY_TILE_T, HY_TILE_T_STRIDE
 
     tiling = RELEASED["hunyuanvideo"][3]
     assert (tiling["tile_sample_min_height"], tiling["tile_sample_stride_height"]) == (
@@ -138,7 +139,7 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
 
 
 def test_a_table_with_one_gpu_count_has_no_speedup_and_breaks_nothing():
-    from cpcourse.validation import _predict
+    from cpcourse.planner.validation import _predict
 
     run = dict(published_runs()["runs"][0])
     got = _predict([run])

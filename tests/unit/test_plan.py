@@ -2,7 +2,7 @@
 
 import pytest
 
-from cpcourse.plan import plan
+from cpcourse.planner.plan import plan
 from cpcourse.support.errors import InputError
 
 

@@ -10,8 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse.cli import main as cli_main
-from cpcourse.dit import DiTConfig
-from cpcourse.shapes import (
+from cpcourse.support.errors import InputError
+from cpcourse.tinydit.model import DiTConfig
+from cpcourse.tinydit.moving_shapes import (
     DIRECTIONS,
     PROMPTS,
     SHAPES,
@@ -22,7 +23,7 @@ from cpcourse.shapes import (
     random_clips,
     track,
 )
-from cpcourse.shapes_model import (
+from cpcourse.tinydit.training import (
     TrainConfig,
     evaluate,
     generate_clip,
@@ -31,7 +32,6 @@ from cpcourse.shapes_model import (
     shipped_path,
     train,
 )
-from cpcourse.support.errors import InputError
 
 TINY = DiTConfig(in_channels=3, patch=8, hidden=32, heads=2, depth=1, num_classes=2,
                  num_motions=4, attention="full", prediction="sample")

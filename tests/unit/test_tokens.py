@@ -7,10 +7,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpcourse import tokens
+from cpcourse.planner import tokens
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError
 
-FACTS = tokens.facts()
+FACTS = facts()
 
 
 @pytest.mark.parametrize("m", FACTS["models"], ids=lambda m: m["id"])
@@ -58,14 +59,14 @@ def test_clip_length_uses_the_first_frame_rule():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: tokens.video_tokens(-720, 1280, 5), "--height must be > 0"),
-    (lambda: tokens.video_tokens(720, 1280, 0), "--frames must be > 0"),
+    (lambda: tokens.video_tokens(-720, 1280, 5), "height must be > 0"),
+    (lambda: tokens.video_tokens(720, 1280, 0), "frames must be > 0"),
     (lambda: tokens.video_tokens(721, 1280, 5), "not divisible by 16"),
     (lambda: tokens.model_tokens("wan2.1-t2v-14b", frames=80), "use 81"),
     (lambda: tokens.model_tokens("step-video-t2v-30b", frames=100), "use 102"),
     (lambda: tokens.get_model("sora"), "unknown model 'sora'"),
     (lambda: tokens.parse_patch("2,2"), "three integers"),
-    (lambda: tokens.frames_for_clip(-3, 5, tokens.FrameRule("none")), "--fps"),
+    (lambda: tokens.frames_for_clip(-3, 5, tokens.FrameRule("none")), "fps must be"),
 ])
 def test_bad_input_says_what_to_change(call, words):
     with pytest.raises(InputError, match=words.replace("(", r"\(")) as info:

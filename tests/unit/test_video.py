@@ -7,10 +7,11 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cpcourse import video, video_costs
+from cpcourse import video
 from cpcourse.course.testing import assert_close
-from cpcourse.rope import rope_3d, rope_angles, rope_split
+from cpcourse.planner import video_costs
 from cpcourse.support.errors import InputError
+from cpcourse.tinydit.rope import rope_3d, rope_angles, rope_split
 
 
 def _brute(q, k, v, same):
@@ -153,7 +154,8 @@ def test_api_misuse_is_an_input_error(call):
 
 
 def test_shard_and_merge_misuse_is_an_input_error():
-    from cpcourse import attention, dist
+    from cpcourse import attention
+    from cpcourse.support import shards as dist
 
     for call in (lambda: dist.shard(torch.randn(1, 2, 5, 4), -1, 2),
                  lambda: dist.shard(None, 0, 1),

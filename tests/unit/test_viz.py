@@ -13,11 +13,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cpcourse.hardware import gpus  # noqa: E402
+from cpcourse.planner.hardware import gpus  # noqa: E402
+from cpcourse.planner.tokens import get_model, model_tokens, presets  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
-from cpcourse.tokens import get_model, model_tokens, presets  # noqa: E402
+from cpcourse.viz import article_audit, fmt  # noqa: E402
 from cpcourse.viz import dashboard as dash  # noqa: E402
-from cpcourse.viz import fmt, seed  # noqa: E402
 from cpcourse.viz import tokens as vt  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +41,7 @@ def test_formatting_matches_the_figures_the_course_quotes():
 
 
 def test_audit_recomputes_the_articles_figures():
-    rows = {r["claim"]: r for r in seed.audit()}
+    rows = {r["claim"]: r for r in article_audit.audit()}
     expect = {  # claim -> (cpcourse's figure, verdict starts with)
         "tokens per 720p frame (8x VAE, 2x2 patch)": (3600, "wrong"),
         "tokens of 720p, 5 s, 24 fps": (432_000, "arithmetic right, premise wrong"),
@@ -65,13 +65,13 @@ def test_audit_recomputes_the_articles_figures():
 
 
 def test_verdict_reports_direction_and_size():
-    assert seed.verdict(32e9, 10.6e9).startswith("wrong (3.0x too high")
-    assert seed.verdict(900, 3600) == "wrong (4.0x too low)"
-    assert seed.verdict(884e6, 884.736e6) == "right"
+    assert article_audit.verdict(32e9, 10.6e9).startswith("wrong (3.0x too high")
+    assert article_audit.verdict(900, 3600) == "wrong (4.0x too low)"
+    assert article_audit.verdict(884e6, 884.736e6) == "right"
 
 
 def test_tp_across_nodes_costs_more_than_it_does_inside_one():
-    tp = seed.tp_across_nodes("cosmos-1.0-diffusion-7b", cp=8, tp=2, gpu="h100")
+    tp = article_audit.tp_across_nodes("cosmos-1.0-diffusion-7b", cp=8, tp=2, gpu="h100")
     assert tp["tokens_per_rank"] == 7040
     assert tp["allreduce_bytes_per_block"] == 2 * 7040 * 4096 * 2  # 2 all-reduces, 2(tp-1)/tp = 1
     assert tp["exposed_fraction_nvlink4"] < 0.1 < 0.25 < tp["exposed_fraction_ib-ndr"]

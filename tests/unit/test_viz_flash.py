@@ -1,4 +1,5 @@
-"""FlashAttention-2's tiles and notebook 01's tiling figure (cpcourse.flash_tiles, viz.flash).
+"""FlashAttention-2's tiles and notebook 01's tiling figure (cpcourse.planner.flash_tiles,
+viz.flash).
 
     python -m pytest tests/unit/test_viz_flash.py -q
 """
@@ -12,8 +13,8 @@ matplotlib.use("Agg")
 
 from matplotlib.colors import same_color  # noqa: E402
 
-from cpcourse.costs import memory  # noqa: E402
-from cpcourse.flash_tiles import fa2_tiles, working_set  # noqa: E402
+from cpcourse.planner.costs import memory  # noqa: E402
+from cpcourse.planner.flash_tiles import fa2_tiles, working_set  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
 from cpcourse.viz import fmt  # noqa: E402
 from cpcourse.viz.flash import PLACE_COLORS, tiling_figure  # noqa: E402

@@ -15,8 +15,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from cpcourse.mesh import DIMS, Layout, layouts  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
+from cpcourse.support.layout import DIMS, Layout, layouts  # noqa: E402
 from cpcourse.viz import mesh as vm  # noqa: E402
 
 ARTICLE = ("tp", "cfg", "ring", "ulysses")  # CP inside a node, TP across nodes (the seed article)

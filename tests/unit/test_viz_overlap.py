@@ -13,10 +13,11 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cpcourse import costs  # noqa: E402
 from cpcourse.cli import main  # noqa: E402
-from cpcourse.hardware import get_gpu, get_link  # noqa: E402
-from cpcourse.tokens import get_model, model_tokens  # noqa: E402
+from cpcourse.planner import costs  # noqa: E402
+from cpcourse.planner.hardware import get_gpu, get_link  # noqa: E402
+from cpcourse.planner.tokens import get_model, model_tokens  # noqa: E402
+from cpcourse.support.dtypes import nbytes  # noqa: E402
 from cpcourse.viz import overlap as vo  # noqa: E402
 
 
@@ -35,7 +36,7 @@ def test_each_gpu_is_paired_with_its_own_links():
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp32"])
 def test_thresholds_equal_what_cpcourse_comm_reports(capsys, dtype):
-    b = costs.dtype_bytes(dtype)
+    b = nbytes(dtype)
     for r in vo.thresholds(dtype=dtype):
         cli = _cli_comm(capsys, "--tokens", "4096", "--cp", "8", "--heads", "24",
                         "--head-dim", "128", "--gpu", r["gpu"], "--link", r["link"],

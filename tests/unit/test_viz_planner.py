@@ -13,9 +13,9 @@ import pytest
 
 matplotlib.use("Agg")
 
-from cpcourse.mesh import Layout  # noqa: E402
+from cpcourse.planner.validation import validate  # noqa: E402
 from cpcourse.support.errors import InputError  # noqa: E402
-from cpcourse.validation import validate  # noqa: E402
+from cpcourse.support.layout import Layout  # noqa: E402
 from cpcourse.viz import planner as vp  # noqa: E402
 
 
@@ -76,7 +76,7 @@ def test_the_held_out_runs_draw_with_their_own_title(v):
 
 
 def test_amdahl_and_the_serial_part():
-    from cpcourse.validation import amdahl_fit
+    from cpcourse.planner.validation import amdahl_fit
 
     t1, serial = 1000.0, 40.0
     for p in (2, 4, 8, 64):

@@ -11,7 +11,8 @@ import torch
 
 matplotlib.use("Agg")
 
-from cpcourse import costs, sim  # noqa: E402
+from cpcourse import sim  # noqa: E402
+from cpcourse.planner import costs  # noqa: E402
 from cpcourse.viz import ring as vr  # noqa: E402
 
 

@@ -11,10 +11,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse.cli import main
-from cpcourse.dit import DiTConfig, build_model
-from cpcourse.sampling import initial_noise, sample
 from cpcourse.support.errors import InputError
-from cpcourse.windows import (
+from cpcourse.tinydit.model import DiTConfig, build_model
+from cpcourse.tinydit.sampling import initial_noise, sample
+from cpcourse.tinydit.windows import (
     blend_weights,
     boundaries,
     frame_weights,

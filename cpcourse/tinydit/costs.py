@@ -1,6 +1,6 @@
 """The cost model of the tiny video DiT under CP: peak tensor bytes and bytes sent per rank.
 
-    python -c "from cpcourse.dit_costs import *; from cpcourse.dit import DiTConfig; \
+    python -c "from cpcourse.tinydit.costs import *; from cpcourse.tinydit.model import DiTConfig; \
 print(predicted_peak_bytes(DiTConfig(), [1, 4, 8, 16, 16], 2, 0))"
 
 A ledger, read off the code: for each phase of a denoising step that can hold the most, the
@@ -29,9 +29,10 @@ The peak is the largest phase; it falls as 1/P because every term is per local t
 
 from __future__ import annotations
 
-from cpcourse.dist import shard_sizes
+from cpcourse.mesh import usp_elements
 from cpcourse.ring import AGREED_CALLS
 from cpcourse.support.errors import require
+from cpcourse.support.shards import shard_sizes
 
 
 def phase_elements(cfg, shape, world: int, rank: int, temporal_method: str = "all_to_all",
@@ -80,26 +81,6 @@ def peak_phase(cfg, shape, world: int, rank: int, temporal_method: str = "all_to
 
 # --- traffic per mesh dim -----------------------------------------------------------------------
 
-def _usp_elements(batch: int, heads: int, head_dim: int, lens: list[int], layout, cp_rank: int,
-                  ) -> tuple[int, int]:
-    """Elements one USP attention call sends over (ulysses, ring), read off `cpcourse.mesh`.
-
-    lens: the sequence length of every cp rank's shard (cp_rank order). Ulysses: q, k, v go out
-    but for my own head group ((U-1) of U parts of 3 tensors), the output comes back the same
-    way. Ring: at each of R-1 hops I pass on the K/V block I hold, whose length is the block of
-    ring rank (r - s) mod R: after the all-to-all, a ring rank's block is its Ulysses group's.
-    """
-    u, ring = layout.ulysses, layout.ring
-    r = cp_rank // u
-    hp = heads // u
-    blocks = [sum(lens[g * u:(g + 1) * u]) for g in range(ring)]
-    ulysses = 0
-    if u > 1:
-        ulysses = batch * hp * head_dim * (3 * (u - 1) * lens[cp_rank] + blocks[r] - lens[cp_rank])
-    ring_elems = sum(2 * batch * hp * head_dim * blocks[(r - s) % ring] for s in range(ring - 1))
-    return ulysses, ring_elems
-
-
 def _ring_bytes(calls: int, elems: int, ring: int, elem_bytes: int, steps) -> int:
     """Ring bytes per step of `calls` ring calls per step, each sending `elems` K/V elements
     in ring - 1 messages; every call after the group's first two adds a flag per message."""
@@ -115,7 +96,7 @@ def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4,
     """Bytes global `rank` sends per denoising step on each mesh dim, predicted from the code.
 
     cfg: a DiTConfig; shape: the whole latent `[B, C, T, Hl, Wl]`; layout: a
-    `cpcourse.mesh.Layout`. Per forward: every temporal or full attention runs USP over
+    `cpcourse.support.layout.Layout`. Per forward: every temporal or full attention runs USP over
     (ring, ulysses) on the rank's B_loc = 2B / cfg samples and H / tp heads; every attention and
     MLP ends in one tp all-reduce of `[B_loc, T_r, S, hidden]` (counted as a ring all-reduce,
     2 (T - 1) / T of the buffer); the cfg dim all-gathers the prediction `[B, T_r, S, C p p]`
@@ -124,7 +105,7 @@ def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4,
     group's first two (which agree shapes instead, `cpcourse.ring`): `steps` averages over a run
     of that many steps as the run does (total // steps); None gives a step of a long run.
     """
-    from cpcourse.tensor_parallel import all_reduces_per_step
+    from cpcourse.tinydit.tp import all_reduces_per_step
 
     b, c, t, hl, wl = shape
     s = (hl // cfg.patch) * (wl // cfg.patch)
@@ -134,10 +115,10 @@ def predicted_bytes_per_step(cfg, shape, layout, rank: int, elem_bytes: int = 4,
     b_loc = b if layout.cfg == 2 else 2 * b
     heads = cfg.heads // layout.tp
     if cfg.attention == "full":
-        u_el, r_el = _usp_elements(b_loc, heads, cfg.head_dim, [f * s for f in frames], layout,
+        u_el, r_el = usp_elements(b_loc, heads, cfg.head_dim, [f * s for f in frames], layout,
                                    cp_rank)
     else:  # temporal attention: S sequences over the frames, one per spatial position
-        u_el, r_el = _usp_elements(b_loc * s, heads, cfg.head_dim, frames, layout, cp_rank)
+        u_el, r_el = usp_elements(b_loc * s, heads, cfg.head_dim, frames, layout, cp_rank)
     tokens = b_loc * frames[cp_rank] * s
     payload = tokens * cfg.hidden * elem_bytes
     tp_t = layout.tp

@@ -17,9 +17,9 @@ distance, and the trained model needs to know which frame comes first). Class id
 is the "no condition" id used by classifier-free guidance. With `num_motions > 0` a second label
 (the shapes model's direction of motion) has its own embedding, added to the first, with its own
 "no condition" id `num_motions`. `prediction` says what the network outputs: the flow velocity
-(`"velocity"`, noise - x0) or the clean sample (`"sample"`, x0; `cpcourse.shapes_model` says why
+(`"velocity"`, noise - x0) or the clean sample (`"sample"`, x0; `cpcourse.tinydit.training` says why
 the trained model uses it). `build_model` gives seeded random weights, which show that CP is
-exact; `cpcourse.shapes_model.load_shapes_model` gives the trained ones, which draw.
+exact; `cpcourse.tinydit.training.load_shapes_model` gives the trained ones, which draw.
 """
 
 from __future__ import annotations
@@ -33,8 +33,8 @@ import torch
 from torch import nn
 
 from cpcourse import video
-from cpcourse.rope import rope_3d
 from cpcourse.support.errors import InputError, require
+from cpcourse.tinydit.rope import rope_3d
 
 ATTENTIONS = ("factored", "full")
 PREDICTIONS = ("velocity", "sample")

@@ -7,7 +7,8 @@ conditional and unconditional passes run as one batch of 2B, v = v_uncond + cfg 
 v_uncond). Noise is drawn for the whole video from the seed on every rank and each rank keeps its
 frames, so the sample does not depend on P. `generate_rank` is what each rank of `cpcourse
 generate` runs (see `cpcourse.cli.generate`): its frames of the sample, its peak tensor memory
-(`cpcourse.memory`) beside `cpcourse.dit_costs.predicted_peak_bytes`, and its time per step.
+(`cpcourse.support.peak_memory`) beside `cpcourse.tinydit.costs.predicted_peak_bytes`, and its time
+per step.
 """
 
 from __future__ import annotations
@@ -16,11 +17,19 @@ import time
 
 import torch
 
-from cpcourse.dit import CPContext, DiTConfig, build_model, load_weights, patchify, unpatchify
 from cpcourse.mesh import cfg_branch, cfg_combine
+from cpcourse.support.dtypes import torch_dtype
+from cpcourse.tinydit.model import (
+    CPContext,
+    DiTConfig,
+    build_model,
+    load_weights,
+    patchify,
+    unpatchify,
+)
 from cpcourse.video import frame_offset
 
-DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
+DTYPES = ("fp32", "fp64")  # what sampling runs in (`cpcourse.support.dtypes` spellings)
 
 
 def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
@@ -86,7 +95,7 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
 def spec_model(spec: dict):
     """The model a `cpcourse generate` spec names: trained weights from a file, else the seeded
     random DiT (the same on every rank, no broadcast needed)."""
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     if spec.get("weights"):
         return load_weights(spec["weights"], dtype)[0]
     return build_model(DiTConfig(**spec["model"]), spec["weight_seed"], dtype)
@@ -95,7 +104,7 @@ def spec_model(spec: dict):
 def single_process_sample(spec: dict) -> torch.Tensor:
     """The reference: the same spec sampled in this process, whole video, no process group."""
     model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
     return sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
 
 
@@ -103,13 +112,13 @@ def generate_rank(spec: dict) -> dict:
     """What each rank runs under `cpcourse.launch`: its frames of the sample, peak memory, times."""
     import torch.distributed as dist
 
-    from cpcourse.dit_costs import predicted_peak_bytes
-    from cpcourse.memory import peak_memory
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.costs import predicted_peak_bytes
 
     rank, world = dist.get_rank(), dist.get_world_size()
     model = spec_model(spec)
     cfg = model.cfg
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     b, c, t, hl, wl = spec["shape"]
     noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), world,
                                dim=2)[rank].contiguous()
@@ -130,16 +139,17 @@ def generate_mesh_rank(spec: dict) -> dict:
 
     Each rank samples the frames of its cp rank (ring x ulysses) for its cfg branch with its
     tp share of the heads; it returns them with its mesh coordinates and the bytes it sent per
-    mesh dim during sampling, measured, beside `dit_costs.predicted_bytes_per_step`.
+    mesh dim during sampling, measured, beside `tinydit.costs.predicted_bytes_per_step`.
     `spec["measure_memory"] = False` skips the peak-memory tracking (it slows every op).
     """
     import torch.distributed as dist
 
-    from cpcourse.dit_costs import predicted_bytes_per_step
-    from cpcourse.memory import peak_memory
-    from cpcourse.mesh import Layout, bytes_by_dim, cp_coords, make_mesh
+    from cpcourse.mesh import bytes_by_dim, cp_coords, make_mesh
     from cpcourse.support.bytecount import count_bytes
-    from cpcourse.tensor_parallel import tensor_parallel
+    from cpcourse.support.layout import Layout
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.costs import predicted_bytes_per_step
+    from cpcourse.tinydit.tp import tensor_parallel
 
     layout = Layout(**spec["layout"])
     rank = dist.get_rank()
@@ -148,7 +158,7 @@ def generate_mesh_rank(spec: dict) -> dict:
     mesh = make_mesh(**layout.as_dict(), heads=cfg.heads)
     if layout.tp > 1:
         tensor_parallel(model, mesh.get_group("tp"))
-    dtype = DTYPES[spec["dtype"]]
+    dtype = torch_dtype(spec["dtype"])
     b, c, t, hl, wl = spec["shape"]
     cp_rank, cp_world = cp_coords(mesh)
     noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), cp_world,

@@ -5,8 +5,9 @@ the VAE decode's working set, phase by phase.
 
 A pipeline runs in three phases and a GPU's peak is the largest of them:
     encode    the text encoder runs
-    denoise   the transformer's steps: its weights, activations and buffers (cpcourse.deployment)
-    decode    the VAE turns latents into frames: its weights and its working set, on the GPUs
+    denoise   the transformer's steps: its weights, activations and buffers
+    (cpcourse.planner.deployment) decode    the VAE turns latents into frames: its weights and its
+    working set, on the GPUs
               that decode (Wan: rank 0 only; HunyuanVideo: every rank), so on the busiest GPU
 What stays on the GPU through the phases is how the pipeline is run (`Residency`):
     resident          everything stays (diffusers' pipelines; Wan's and HunyuanVideo's
@@ -19,7 +20,7 @@ README runs --dit_fsdp with --t5_fsdp).
 Bytes per parameter: bf16 everywhere by default; `released=True` takes the released code's own
 (`RELEASED`: Wan keeps its transformer in float32 and autocasts to bf16, and decodes in float32).
 The decode's working set is derived from diffusers' VAE classes in the dtype and tiling each
-released code decodes with (tools/derive_vae_memory.py -> data/vae_decode_memory.json) and
+released code decodes with (tools/derive_vae_memory.py -> data/vae_memory_table.json) and
 scaled to the dtype asked for. A model whose text encoder or VAE the course has no size for
 counts nothing for it (`counted` says which parts were). Never counted: the CUDA context,
 NCCL's buffers, the allocator's cache and fragmentation, which a measured peak includes.
@@ -27,14 +28,13 @@ NCCL's buffers, the allocator's cache and fragmentation, which a measured peak i
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from functools import lru_cache
-from importlib import resources
 
-from cpcourse.fixed_costs import TEXT_ENCODERS, vae_family
+from cpcourse.planner.facts import vae_memory_table
+from cpcourse.planner.fixed_costs import TEXT_ENCODERS, vae_family
+from cpcourse.support.dtypes import nbytes
 
-BF16 = 2
+BF16 = nbytes("bf16")
 # bytes per parameter (transformer, text encoder, VAE) in each model's released code
 RELEASED = {
     "wan2.1": ((4, 2, 4), "Wan2.1: WanModel.from_pretrained keeps the float32 checkpoint (bf16 "
@@ -43,7 +43,6 @@ RELEASED = {
     "hunyuanvideo": ((2, 2, 2), "HunyuanVideo hyvideo/config.py: --precision bf16, "
                                 "--text-encoder-precision fp16, --vae-precision fp16"),
 }
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2}
 
 
 @dataclass(frozen=True)
@@ -54,11 +53,6 @@ class Residency:
 
 
 RESIDENT = Residency()  # everything stays on the GPU
-
-@lru_cache(maxsize=1)
-def _vae_memory() -> dict:
-    return json.loads(resources.files("cpcourse").joinpath(
-        "data/vae_decode_memory.json").read_text())["families"]
 
 
 def released_bytes(model_id: str) -> tuple[tuple[int, int, int], str | None]:
@@ -74,20 +68,20 @@ def text_encoder_params(model_id: str) -> float:
 
 def vae_params(model_id: str) -> int:
     fam = vae_family(model_id)
-    return _vae_memory()[fam]["params"] if fam in _vae_memory() else 0
+    return vae_memory_table()[fam]["params"] if fam in vae_memory_table() else 0
 
 
 def decode_working_bytes(model_id: str, tok, elem_bytes: int) -> float | None:
     """Peak bytes a decode of `tok`'s latent video holds beyond the VAE's weights, in
     `elem_bytes`-byte elements; None when the model's VAE was not derived."""
     fam = vae_family(model_id)
-    if fam not in _vae_memory():
+    if fam not in vae_memory_table():
         return None
-    v = _vae_memory()[fam]
+    v = vae_memory_table()[fam]
     c = v["peak_bytes"]
     t, hw = tok.latent_frames, tok.latent_height * tok.latent_width
     derived = c["constant"] + c["per_frame_pixel"] * hw + c["per_video_pixel"] * t * hw
-    return derived * elem_bytes / DTYPE_BYTES[v["dtype"]]
+    return derived * elem_bytes / nbytes(v["dtype"])
 
 
 def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,

@@ -11,38 +11,13 @@ and configs (the `src` of each preset names the files).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from importlib import resources
 
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
-
-
-@lru_cache(maxsize=1)
-def facts() -> dict:
-    """The sourced facts sheet shipped with the package (models, GPUs, links, blog claims)."""
-    text = resources.files("cpcourse").joinpath("data/video_models_and_hardware.json").read_text()
-    return json.loads(text)
-
-
-@lru_cache(maxsize=1)
-def published_runs() -> dict:
-    """Published multi-GPU generation times for planner validation ("about" and "runs"), shipped
-    with the package: an unchanged copy of the facts sheet's published_runs.json. Each run names
-    its GPU by an id `cpcourse.hardware.get_gpu` accepts (h100, h20, h800, a800, l20, rtx4090)."""
-    text = resources.files("cpcourse").joinpath("data/published_runs.json").read_text()
-    return json.loads(text)
-
-
-def holdout_runs() -> dict:
-    """Published runs in `published_runs`' format that the course found later and keeps out of
-    the validation set, to check that the planner carries over (xDiT's HunyuanVideo 960x960
-    table); each notes which code ran it and where a time repeats another table's."""
-    text = resources.files("cpcourse").joinpath("data/published_runs_holdout.json").read_text()
-    return json.loads(text)
 
 
 @dataclass(frozen=True)
@@ -189,8 +164,8 @@ def frames_for_clip(fps: float, seconds: float, rule: FrameRule) -> int:
     A causal video VAE encodes the first frame on its own, so clips are fps*seconds + 1 frames
     long (Wan's 81 frames are 5 s at 16 fps).
     """
-    fps = positive_float("--fps", fps, high=1e4)  # a camera at 10,000 fps
-    seconds = positive_float("--seconds", seconds, high=1e6)  # eleven days of video
+    fps = positive_float("fps", fps, high=1e4)  # a camera at 10,000 fps
+    seconds = positive_float("seconds", seconds, high=1e6)  # eleven days of video
     frames = max(1, round(fps * seconds)) + (1 if rule.kind == "causal" else 0)
     return rule.nearest_valid(frames)
 
@@ -224,9 +199,9 @@ def parse_patch(text: str) -> tuple[int, int, int]:
         parts = tuple(int(p) for p in str(text).split(","))
     except ValueError:
         parts = ()
-    require(len(parts) == 3, f"--patch must be three integers T,H,W like 1,2,2, got {text!r}")
+    require(len(parts) == 3, f"patch must be three integers T,H,W like 1,2,2, got {text!r}")
     for name, p in zip("THW", parts, strict=True):
-        positive_int(f"--patch {name}", p)
+        positive_int(f"patch {name}", p)
     return parts  # type: ignore[return-value]
 
 
@@ -239,19 +214,19 @@ def video_tokens(height: int, width: int, frames: int, *, vae_temporal: int = 1,
     Manual mode: `vae_temporal` N > 1 uses T = (F-1)//N + 1 (a causal VAE); `rule` overrides it.
     Tokens = ceil(T / p_t) * (H / (s p_h)) * (W / (s p_w)), plus text when it joins attention.
     """
-    height, width = positive_int("--height", height), positive_int("--width", width)
-    frames = positive_int("--frames", frames)
-    vae_temporal = positive_int("--vae-temporal", vae_temporal)
-    vae_spatial = positive_int("--vae-spatial", vae_spatial)
+    height, width = positive_int("height", height), positive_int("width", width)
+    frames = positive_int("frames", frames)
+    vae_temporal = positive_int("vae_temporal", vae_temporal)
+    vae_spatial = positive_int("vae_spatial", vae_spatial)
     pt, ph, pw = patch
-    text_tokens = positive_int("--text-tokens", text_tokens, allow_zero=True)
+    text_tokens = positive_int("text_tokens", text_tokens, allow_zero=True)
     if rule is None:
         rule = FrameRule("causal", vae_temporal, 1) if vae_temporal > 1 else FrameRule("none")
     who = model or "this VAE"
     if not rule.is_valid(frames):
         raise InputError(f"{who} takes frame counts with {rule.describe()}; {frames} is not one: "
                          f"use {rule.nearest_valid(frames)}")
-    for name, size, p in (("--height", height, ph), ("--width", width, pw)):
+    for name, size, p in (("height", height, ph), ("width", width, pw)):
         px = vae_spatial * p
         below = size - size % px
         require(size % px == 0, f"{name} {size} is not divisible by {px} (VAE {vae_spatial} x "

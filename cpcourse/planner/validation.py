@@ -13,16 +13,13 @@ on the published runs nearest to a plan (`cpcourse plan` prints it under every a
 
 from __future__ import annotations
 
-import json
 import statistics
-from functools import lru_cache
-from importlib import resources
 
-from cpcourse.hardware import get_gpu
-from cpcourse.mesh import Layout
-from cpcourse.plan import plan
+from cpcourse.planner.facts import holdout_runs, published_runs, published_runs_settings
+from cpcourse.planner.hardware import get_gpu
+from cpcourse.planner.plan import plan
 from cpcourse.support.errors import require
-from cpcourse.tokens import holdout_runs, published_runs
+from cpcourse.support.layout import Layout
 
 
 def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -38,22 +35,12 @@ def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     return mt - w * mx, w
 
 
-@lru_cache(maxsize=1)
-def _settings_rules() -> list[dict]:
-    rules = json.loads(resources.files("cpcourse").joinpath(
-        "data/published_runs_settings.json").read_text())["rules"]
-    for rule in rules:
-        require(rule["gpus"] in ("1", "2+"), f"published_runs_settings.json: a rule's gpus is "
-                f"'1' or '2+', not {rule['gpus']!r}")
-    return rules
-
-
 def how_run(run: dict) -> dict:
     """How a published run was made (data/published_runs_settings.json, each rule sourced):
     {released, fsdp, offload, text_encoder_cpu, source}; the planner's defaults where no rule
     covers it."""
     many = run["gpus"] > 1
-    for rule in _settings_rules():
+    for rule in published_runs_settings():
         if rule["model"] == run["model"] and (rule["gpus"] == "2+") == many:
             return {k: rule[k] for k in ("released", "fsdp", "offload", "text_encoder_cpu",
                                          "source")}

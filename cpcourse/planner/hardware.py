@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
+from cpcourse.planner.facts import facts
 from cpcourse.support.errors import InputError
-from cpcourse.tokens import facts
 
 
 @dataclass(frozen=True)

@@ -3,24 +3,24 @@
     cpcourse plan --model hunyuanvideo-13b --height 720 --width 1280 --frames 129 --gpus 8
     cpcourse plan --model wan2.1-t2v-14b --gpus 8 --gpu h800 --layout ulysses=8 --json
 
-Every layout of the GPUs (`cpcourse.mesh.layouts`) is checked against the model's rules (heads
-divisible by ulysses x tp, one forward per step for a guidance-distilled model, HunyuanVideo's
-split of the latent height or else width) and costed by `cpcourse.deployment.cost`. The fastest
-valid layout that fits wins; layouts within 2% of it are named as a tie, never explained as a
-reasoned choice. `cpcourse.validation` checks the planner against published runs
-(`cpcourse plan --validate`) and gives its track record on the runs nearest to a plan, which
-the command line prints with every answer.
+Every layout of the GPUs (`cpcourse.support.layout.layouts`) is checked against the model's rules
+(heads divisible by ulysses x tp, one forward per step for a guidance-distilled model,
+HunyuanVideo's split of the latent height or else width) and costed by
+`cpcourse.planner.deployment.cost`. The fastest valid layout that fits wins; layouts within 2% of
+it are named as a tie, never explained as a reasoned choice. `cpcourse.planner.validation` checks
+the planner against published runs (`cpcourse plan --validate`) and gives its track record on the
+runs nearest to a plan, which the command line prints with every answer.
 """
 
 from __future__ import annotations
 
-from cpcourse.costs import MAX_GPUS
-from cpcourse.deployment import cost
-from cpcourse.hardware import KERNELS, get_gpu, kernel_efficiency
-from cpcourse.mesh import Layout, layouts
-from cpcourse.pipeline_memory import RESIDENT, Residency
+from cpcourse.planner.costs import MAX_GPUS
+from cpcourse.planner.deployment import cost
+from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
+from cpcourse.planner.pipeline_memory import RESIDENT, Residency
+from cpcourse.planner.tokens import get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
-from cpcourse.tokens import get_model, model_tokens
+from cpcourse.support.layout import Layout, layouts
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 
@@ -99,9 +99,9 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
          fsdp: bool = False, released: bool = False, offload: bool = False,
          text_encoder_cpu: bool = False) -> dict:
     """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes
-    (`cpcourse.validation.track_record` says how far off such answers were). `released`,
+    (`cpcourse.planner.validation.track_record` says how far off such answers were). `released`,
     `offload` and `text_encoder_cpu` say how the pipeline holds its memory
-    (`cpcourse.pipeline_memory`)."""
+    (`cpcourse.planner.pipeline_memory`)."""
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
@@ -116,7 +116,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
             f"{kernel!r}")
     eff, _ = kernel_efficiency(g.id, kernel)
     require(eff is not None, f"--kernel {kernel} has no published rate on {g.arch} GPUs like the "
-            f"{g.name}: use fa2 or sdpa (`cpcourse.hardware.kernel_efficiency` says why)")
+            f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
     per_node = gpus // nodes
     args = (model_id, tok, g.id)
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
@@ -153,7 +153,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
 
 
 def _memory_line(c: dict, g) -> str:
-    """Per GPU at the peak, which phase it is and what it holds (`cpcourse.pipeline_memory`)."""
+    """Per GPU at the peak, which phase it is and what it holds
+    (`cpcourse.planner.pipeline_memory`)."""
     ph = c["breakdown"]["memory_phases"]
     peak = max(ph, key=ph.get)
     names = {"loop": "activations and buffers"}

@@ -2,10 +2,10 @@
 
     cpcourse plan --model hunyuanvideo-13b --gpus 8 --gpu h100 --layout ulysses=8 --json
 
-`cost(...)` prices a `cpcourse.mesh.Layout` (cfg x ring x ulysses x tp) term by term. Every rate
-is a GPU's peak times a share measured elsewhere (the facts sheet names where); every volume is
-counted from what the code of the real systems sends. Nothing is fitted to the published runs
-that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
+`cost(...)` prices a `cpcourse.support.layout.Layout` (cfg x ring x ulysses x tp) term by term.
+Every rate is a GPU's peak times a share measured elsewhere (the facts sheet names where); every
+volume is counted from what the code of the real systems sends. Nothing is fitted to the published
+runs that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
 the N tokens, the model's `hidden` split over T tp ranks:
     linear     2 n P_tok / T FLOPs (P_tok: the block weights a video token meets; a cross-
                attention's K/V weights meet the text, 2 N_text (2 hidden^2) per layer, instead)
@@ -26,14 +26,14 @@ the N tokens, the model's `hidden` split over T tp ranks:
     cfg        one all-gather of the predicted latents per step (CFG-parallel)
 Each group uses the link it crosses: consecutive ranks inside a node talk over the GPU's own
 intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node over InfiniBand.
-Fixed costs, once per video and on one GPU (`cpcourse.fixed_costs`): the VAE decode, FLOPs
+Fixed costs, once per video and on one GPU (`cpcourse.planner.fixed_costs`): the VAE decode, FLOPs
 counted from diffusers' own VAE class (tools/derive_vae_flops.py) at the share of peak that
 published decode times show (10-16%, not the matmul rate); the text encoder's 2 P_text tokens
 FLOPs per prompt. They are serial: no published run's code divides them over its GPUs.
 Memory per GPU: weights (all experts of an MoE resident) / T, or / W plus one gathered layer
 under FSDP; the residual stream n x hidden (TP does not divide it), the per-head tensors
 n x (3 hidden + ffn) / T, the ring's two K/V buffers, the all-to-all's buffers; and the rest of
-the pipeline, phase by phase (`cpcourse.pipeline_memory`): the text encoder, the VAE and its
+the pipeline, phase by phase (`cpcourse.planner.pipeline_memory`): the text encoder, the VAE and its
 decode's working set. `per_gpu_bytes` is the largest phase on the busiest GPU.
 """
 
@@ -41,13 +41,15 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.fixed_costs import fixed_seconds
-from cpcourse.hardware import get_gpu, get_link, kernel_efficiency
-from cpcourse.mesh import Layout
-from cpcourse.pipeline_memory import RESIDENT, Residency, phases, released_bytes
-from cpcourse.tokens import facts, get_model
+from cpcourse.planner.facts import facts
+from cpcourse.planner.fixed_costs import fixed_seconds
+from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
+from cpcourse.planner.tokens import get_model
+from cpcourse.support.dtypes import nbytes
+from cpcourse.support.layout import Layout
 
-BYTES = 2  # bf16 weights and activations
+BYTES = nbytes("bf16")  # bf16 weights and activations
 # One fold of a ring block into the running fp32 output, as an in-place merge does it (e.g.
 # ring-flash-attn's out -= sigmoid(block_lse - lse) * (out - block_out)): the block's bf16 out
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
@@ -72,7 +74,8 @@ def _link_for(span: int, gpus_per_node: int, gpu):
 def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
          kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
          residency: Residency = RESIDENT) -> dict:
-    """Seconds and bytes of `layout` for `tok` (a `cpcourse.tokens.TokenCount`); see above."""
+    """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`); see
+    above."""
     m, g, f = get_model(model_id), get_gpu(gpu_id), _facts_entry(model_id)
     eff, eff_source = kernel_efficiency(g.id, kernel)
     d = facts()["calculator_defaults"]

@@ -17,7 +17,7 @@ frames, which see the least context, count least); normalised so every frame's w
 frames (FreeNoise's rescheduling), so windows start from correlated noise.
 Parallel: "windows" gives each rank whole windows and sums the blended predictions with one
 all-reduce per step; "cp" runs every window on all ranks under CP (its frames split, as in
-`cpcourse.dit`) and all-gathers the window's prediction.
+`cpcourse.tinydit.model`) and all-gathers the window's prediction.
 """
 
 from __future__ import annotations
@@ -27,11 +27,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from cpcourse.dist import shard_offsets, shard_sizes, tracked
-from cpcourse.dit import CPContext, patchify, unpatchify
-from cpcourse.sampling import _labels, initial_noise
 from cpcourse.support.bytecount import count_bytes
 from cpcourse.support.errors import require
+from cpcourse.support.groups import tracked
+from cpcourse.support.shards import shard_offsets, shard_sizes
+from cpcourse.tinydit.model import CPContext, patchify, unpatchify
+from cpcourse.tinydit.sampling import _labels, initial_noise
 from cpcourse.video import gather_frames
 
 BLENDS = ("flat", "pyramid")
@@ -109,8 +110,8 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
                    measure: bool = False) -> torch.Tensor:
     """Denoise a whole video `[B, C, T, Hl, Wl]` window by window; returns the sample.
 
-    With one window (window = T) it is the plain sampler (`cpcourse.sampling.sample`), bit for
-    bit. Each window is a clip of its own: positions start at 0 in every window. `group` None:
+    With one window (window = T) it is the plain sampler (`cpcourse.tinydit.sampling.sample`), bit
+    for bit. Each window is a clip of its own: positions start at 0 in every window. `group` None:
     one process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
     rank sent in step 0, measured (`bytes_per_step`, `bytes_by_op`: the ring inside attention
     under "cp", the all-reduce under "windows"); with `measure`, also the peak working memory
@@ -163,7 +164,7 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
 def _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights, window, f_off,
           n_mine, parallel, record) -> torch.Tensor:
     """One step's blended prediction over the whole video (summed over ranks)."""
-    from cpcourse.memory import peak_memory
+    from cpcourse.support.peak_memory import peak_memory
 
     x0 = torch.zeros_like(x)
     for k in mine:
@@ -206,11 +207,12 @@ def boundaries(frames: int, window: int, stride: int) -> list[int]:
 
 def windows_rank(spec: dict) -> dict:
     """What each rank of `cpcourse generate --window` runs: the sample, memory, times, bytes."""
-    from cpcourse.memory import peak_memory
-    from cpcourse.sampling import DTYPES, spec_model
+    from cpcourse.support.dtypes import torch_dtype
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.sampling import spec_model
 
     model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], DTYPES[spec["dtype"]])
+    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
     if spec.get("noise") == "freenoise":
         noise = reschedule_noise(noise, spec["window"], spec["stride"], spec["seed"])
     stats: dict = {}

@@ -1,6 +1,6 @@
 """The article the course grew from, audited: each figure it states, recomputed by cpcourse.
 
-    python -m cpcourse.viz.seed            # prints the audit as a table
+    python -m cpcourse.viz.article_audit            # prints the audit as a table
 
 `ARTICLE` holds the figures the article states (its claims, so they are typed on purpose);
 everything else is computed here from the calculators. A verdict compares the article's figure
@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import sys
 
-from cpcourse.costs import attention_flops, comm, memory, shard_sizes
-from cpcourse.hardware import get_gpu, get_link
-from cpcourse.tokens import facts, get_model, model_tokens, video_tokens
+from cpcourse.planner.costs import attention_flops, comm, memory, planned_shard_sizes
+from cpcourse.planner.facts import facts
+from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.tokens import get_model, model_tokens, video_tokens
 from cpcourse.viz import fmt
 
 # The article's worked example: a 720p clip of 5 s at 24 fps, an 8x VAE and 2x2 patches, a DiT
@@ -54,7 +55,7 @@ def tp_across_nodes(model_id: str = SEED_MODEL, cp: int = 8, tp: int = 2, gpu: s
     m, g = get_model(model_id), get_gpu(gpu)
     tok = model_tokens(model_id)
     n = tok.sequence_length
-    local = max(shard_sizes(n, cp))
+    local = max(planned_shard_sizes(n, cp))
     matmul = g.bf16_tflops * 1e12 * float(facts()["calculator_defaults"]["matmul_efficiency"])
     attn_s = attention_flops(local, n, m.head_dim, m.heads) / tp / g.attention_flops()
     linear_s = 2 * local * (m.params_b * 1e9 / m.layers) / tp / matmul

@@ -13,23 +13,12 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.hardware import get_gpu, get_link
+from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.support.dtypes import canonical, nbytes
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
+from cpcourse.support.shards import shard_sizes
 
-DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2}
-
-
-def dtype_bytes(dtype: str) -> int:
-    if dtype not in DTYPE_BYTES:
-        raise InputError(f"--dtype must be one of {', '.join(DTYPE_BYTES)}, got {dtype!r}")
-    return DTYPE_BYTES[dtype]
-
-
-def split_sizes(length: int, world: int) -> list[int]:
-    """`length` items over `world` ranks like torch.tensor_split: the first length % world get
-    one more. No checks: ranks may hold nothing (`cpcourse.dist.shard_sizes` allows that)."""
-    base, extra = divmod(length, world)
-    return [base + (1 if r < extra else 0) for r in range(world)]
+CALCULATOR_DTYPES = ("fp32", "bf16", "fp16")  # what `--dtype` of the calculators takes
 
 
 # A bound on any GPU count the calculators take: ten times the largest cluster ever built. Past it
@@ -46,10 +35,10 @@ def tokens_per_rank(tokens: int, cp: int) -> int:
     return -(-tokens // cp)
 
 
-def shard_sizes(tokens: int, cp: int) -> list[int]:
+def planned_shard_sizes(tokens: int, cp: int) -> list[int]:
     """Tokens on each rank when a sequence is planned over `cp` GPUs (every GPU gets one)."""
     tokens_per_rank(tokens, cp)  # the same checks, before a list of cp entries is built
-    return split_sizes(tokens, cp)
+    return shard_sizes(tokens, cp)
 
 
 def attention_flops(lq: int, lk: int, head_dim: int, heads: int) -> int:
@@ -65,7 +54,7 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
     `cfg_batch` = 2 when the conditional and unconditional passes run as one batch. Weights are
     replicated on every CP rank: CP divides activations, never weights.
     """
-    b = dtype_bytes(dtype)
+    b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
     hidden, heads = positive_int("--hidden", hidden), positive_int("--heads", heads)
     require(hidden % heads == 0, f"--hidden {hidden} is not divisible by --heads {heads}: "
             "pick heads that divide the hidden width")
@@ -144,7 +133,7 @@ def comm(tokens: int, cp: int, heads: int, head_dim: int, *, dtype: str = "bf16"
     2 Lq B / (F b): it grows with the tokens per rank and does not depend on H or D, so the ring
     hides its traffic once a rank holds more than F b / (2 B) tokens.
     """
-    b = dtype_bytes(dtype)
+    b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
     heads, head_dim = positive_int("--heads", heads), positive_int("--head-dim", head_dim)
     layers, cfg_forwards = positive_int("--layers", layers), positive_int("--cfg", cfg_forwards)
     local = tokens_per_rank(tokens, cp)

@@ -32,7 +32,8 @@ from importlib import resources
 
 import torch
 
-from cpcourse.dit import (
+from cpcourse.support.errors import require
+from cpcourse.tinydit.model import (
     CPContext,
     DiTConfig,
     TinyVideoDiT,
@@ -41,8 +42,7 @@ from cpcourse.dit import (
     patchify,
     save_weights,
 )
-from cpcourse.shapes import DIRECTIONS, FRAMES, SHAPES, SIZE, random_clips
-from cpcourse.support.errors import require
+from cpcourse.tinydit.moving_shapes import DIRECTIONS, FRAMES, SHAPES, SIZE, random_clips
 
 SHIPPED = "shapes_dit.safetensors"   # in cpcourse/data
 # Euler steps when sampling the shapes model: x-prediction makes each step land near the clean
@@ -207,8 +207,8 @@ def generate_clip(model: TinyVideoDiT, prompt: str, seed: int = 0, steps: int = 
                   cfg_scale: float = 4.0, frames: int = FRAMES, size: int = SIZE,
                   trajectory: list | None = None) -> torch.Tensor:
     """One clip `[T, 3, H, W]` in [0, 1] in this process (the reference `generate` matches)."""
-    from cpcourse.sampling import initial_noise, sample
-    from cpcourse.shapes import parse_prompt
+    from cpcourse.tinydit.moving_shapes import parse_prompt
+    from cpcourse.tinydit.sampling import initial_noise, sample
 
     noise = initial_noise((1, model.cfg.in_channels, frames, size, size), seed)
     out = sample(model, noise.to(next(model.parameters()).dtype), parse_prompt(prompt), steps,
@@ -226,8 +226,8 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
     drawing the prompt's shape, "present": fraction of frames with exactly one object,
     "clips": n}} plus "all" (the same over every clip) and "seconds_per_clip".
     """
-    from cpcourse.sampling import initial_noise, sample
-    from cpcourse.shapes import PROMPTS, matches, parse_prompt, track
+    from cpcourse.tinydit.moving_shapes import PROMPTS, matches, parse_prompt, track
+    from cpcourse.tinydit.sampling import initial_noise, sample
 
     prompts, seeds = list(prompts or PROMPTS), list(seeds)
     require(seeds, "evaluate needs at least one seed")

@@ -29,12 +29,10 @@ matmul rate; milliseconds, kept for completeness.
 
 from __future__ import annotations
 
-import json
 import statistics
-from functools import lru_cache
-from importlib import resources
 
-from cpcourse.hardware import get_gpu
+from cpcourse.planner.facts import vae_flops_table, vae_measurements
+from cpcourse.planner.hardware import get_gpu
 
 # Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
 TEXT_ENCODERS = {
@@ -46,20 +44,6 @@ TEXT_ENCODERS = {
 }
 VAE_FAMILY = {"wan2.1": "wan2.1", "wan2.2-t2v": "wan2.1", "hunyuanvideo": "hunyuanvideo",
               "cogvideox": "cogvideox", "mochi": "mochi", "ltx-video": "ltx-video"}
-
-
-def _data(name: str) -> dict:
-    return json.loads(resources.files("cpcourse").joinpath(f"data/{name}").read_text())
-
-
-@lru_cache(maxsize=1)
-def vae_flops_table() -> dict:
-    return _data("vae_decode_flops.json")["families"]
-
-
-@lru_cache(maxsize=1)
-def vae_measurements() -> list[dict]:
-    return _data("vae_decode_measured.json")["measurements"]
 
 
 def vae_family(model_id: str) -> str | None:
@@ -80,7 +64,7 @@ def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> f
 
 def measured_share(m: dict) -> float:
     """The share of its GPU's bf16 peak that one measured decode reached."""
-    from cpcourse.tokens import model_tokens
+    from cpcourse.planner.tokens import model_tokens
 
     tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
     flops = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)

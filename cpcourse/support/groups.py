@@ -1,12 +1,11 @@
-"""Process-group helpers every CP function shares: a short-timeout init, shards, agreement checks.
+"""Process-group helpers every CP function shares: a short-timeout init, agreement, heartbeats.
 
     cpcourse demo --nproc 2      # runs them under cpcourse.launch
 
 - `init()` starts the default process group (gloo on CPU, NCCL when every local rank has a GPU)
   with a timeout of seconds, not gloo's 30 minutes, so a mismatched collective fails instead of
   hanging. It is idempotent and is called for you by `cpcourse.launch` and `%%torchrun`.
-- `shard_sizes`, `shard`, `unshard`: the sequence split like `torch.tensor_split` (the first
-  `L % P` ranks hold one token more; ranks may hold zero tokens).
+- The sequence split itself (`shard_sizes`, `shard`, `unshard`) is `cpcourse.support.shards`.
 - `agree(group, q=q, k=k, v=v)`: one cheap all-gather of shapes and dtypes so that inputs which
   differ across ranks raise the same clear `InputError` on every rank, never a hang or SIGABRT.
 - `tracked(op, ...)`: records the communication a rank is in (a heartbeat file read by the
@@ -25,7 +24,6 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from cpcourse.costs import split_sizes
 from cpcourse.support.errors import InputError, require
 
 ENV_TIMEOUT = "CPCOURSE_PG_TIMEOUT"  # seconds; set by cpcourse.launch
@@ -77,7 +75,7 @@ def require_group(group=None, what: str = "this function") -> tuple[int, int]:
     """(rank, world) in `group`, or an InputError when torch.distributed is not initialised."""
     require(dist.is_available() and dist.is_initialized(),
             f"{what} needs an initialised process group: run it under cpcourse.launch(...) or in "
-            "a %%torchrun cell (or call cpcourse.dist.init() in a torchrun script)")
+            "a %%torchrun cell (or call cpcourse.support.groups.init() in a torchrun script)")
     return dist.get_rank(group), dist.get_world_size(group)
 
 
@@ -103,44 +101,6 @@ def comm_device(group=None) -> torch.device:
     if dist.get_backend(group) == "nccl":
         return torch.device("cuda", torch.cuda.current_device())
     return torch.device("cpu")
-
-
-# --- shards -------------------------------------------------------------------------------------
-
-def shard_sizes(length: int, world: int) -> list[int]:
-    """Tokens per rank when `length` tokens are split over `world` ranks like tensor_split."""
-    require(length >= 0 and world >= 1, f"need length >= 0 and world >= 1, got {length}, {world}")
-    return split_sizes(length, world)
-
-
-def shard_offsets(sizes: list[int]) -> list[int]:
-    """Start of each rank's shard in the whole sequence (prefix sums of `sizes`)."""
-    offsets, total = [], 0
-    for s in sizes:
-        offsets.append(total)
-        total += s
-    return offsets
-
-
-def check_rank(rank: int, world: int) -> None:
-    """InputError unless `world` is a whole number >= 1 and `rank` one of 0 .. world - 1."""
-    ok = all(isinstance(n, int) and not isinstance(n, bool) for n in (rank, world))
-    require(ok and world >= 1 and 0 <= rank < world,
-            f"need a rank in 0 .. world - 1 and world >= 1, got rank {rank!r}, world {world!r}")
-
-
-def shard(x: torch.Tensor, rank: int, world: int, dim: int = 2) -> torch.Tensor:
-    """Rank `rank`'s contiguous shard of `x` along `dim` (`[B, H, L, D]` -> `[B, H, L_r, D]`)."""
-    check_rank(rank, world)
-    require(isinstance(x, torch.Tensor) and -x.dim() <= dim < x.dim(),
-            f"shard needs a tensor with a dim {dim}, got "
-            f"{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x).__name__}")
-    return torch.tensor_split(x, world, dim=dim)[rank].contiguous()
-
-
-def unshard(shards: list[torch.Tensor], dim: int = 2) -> torch.Tensor:
-    """Concatenate per-rank shards back into the whole sequence (inverse of `shard`)."""
-    return torch.cat(list(shards), dim=dim)
 
 
 def gather_uneven(x: torch.Tensor, sizes: list[int], dim: int = 1, group=None,

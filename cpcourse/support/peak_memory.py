@@ -1,6 +1,6 @@
 """Measuring the peak tensor memory of one call, on CPU and on CUDA.
 
-    python -m cpcourse.memory          # naive vs fused attention, measured, at a few lengths
+    python -m cpcourse.attention          # naive vs fused attention, measured with it
 
 `peak_memory(fn, *args, **kwargs) -> (result, peak_bytes)`: the most bytes of tensor storage
 that were alive at once during the call, counting only storage allocated during the call
@@ -129,20 +129,3 @@ def peak_memory(fn, *args, device: str | None = None, **kwargs):
     with StorageTracker() as tracker:
         result = fn(*args, **kwargs)
     return result, int(tracker.peak_bytes)
-
-
-def _demo() -> None:
-    from cpcourse.attention import attention_with_lse, reference_attention
-
-    print(f"{'L':>6} {'naive MB':>10} {'L*L*4*H MB':>11} {'fused MB':>9}")
-    for length in (512, 1024, 2048, 4096):
-        q = torch.randn(1, 4, length, 64)
-        with torch.no_grad():
-            _, naive = peak_memory(reference_attention, q, q, q)
-            _, fused = peak_memory(attention_with_lse, q, q, q)
-        print(f"{length:6d} {naive / 1e6:10.1f} {length * length * 16 / 1e6:11.1f} "
-              f"{fused / 1e6:9.2f}")
-
-
-if __name__ == "__main__":
-    _demo()

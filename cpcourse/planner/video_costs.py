@@ -1,6 +1,7 @@
 """The cost model of video CP: bytes each rank sends, per method, predicted from shapes alone.
 
-    python -c "from cpcourse.video_costs import *; print(video_bytes_table(1, 8, 16, 3600, 64, 4))"
+    python -c "from cpcourse.planner.video_costs import *; print(video_bytes_table(1, 8, 16, 3600,
+    64, 4))"
 
 Every function returns the bytes that rank `rank` of `world` puts on the wire (its own slot of a
 collective stays home and is not counted), for one attention call on a video `[B, H, T, S, D]`
@@ -15,8 +16,8 @@ q, k, v and the output once, and only the (P-1)/P of it that belongs elsewhere.
 
 from __future__ import annotations
 
-from cpcourse.dist import shard_sizes
 from cpcourse.support.errors import positive_int, require
+from cpcourse.support.shards import shard_sizes
 
 
 def _check(rank: int, world: int) -> None:

@@ -1,6 +1,6 @@
 """FlashAttention's tiling: what one thread block holds on chip, and what stays in HBM.
 
-    python -m cpcourse.flash_tiles        # FA2's tile sizes per head dim, one head's bytes
+    python -m cpcourse.planner.flash_tiles        # FA2's tile sizes per head dim, one head's bytes
 
 FlashAttention-2's forward kernel gives each thread block one block of `Br` query rows (the
 code's kBlockM) and streams K and V through it in blocks of `Bc` rows (kBlockN), the loop of
@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.costs import dtype_bytes, memory
+from cpcourse.planner.costs import memory
+from cpcourse.support.dtypes import nbytes
 from cpcourse.support.errors import InputError, positive_int
 
 # Read from FlashAttention-2's own dispatch, csrc/flash_attn/src/flash_fwd_launch_template.h of
@@ -63,7 +64,7 @@ def working_set(length: int, head_dim: int, block_q: int, block_k: int, *,
     """
     length, head_dim = positive_int("length", length), positive_int("head_dim", head_dim)
     br, bc = positive_int("block_q", block_q), positive_int("block_k", block_k)
-    b = dtype_bytes(dtype)
+    b = nbytes(dtype)
     rows = [
         ("Q", f"[{length}, {head_dim}]", "HBM", length * head_dim * b),
         ("K", f"[{length}, {head_dim}]", "HBM", length * head_dim * b),

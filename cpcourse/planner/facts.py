@@ -1,0 +1,78 @@
+"""The facts sheet: the one reader of `cpcourse/data/*.json`, each file a sourced table.
+
+    python -c "from cpcourse.planner.facts import facts; print(sorted(facts()))"
+
+    video_models_and_hardware.json  models, GPUs, links, calculator defaults, the article's claims
+    published_runs.json             published multi-GPU generation times (the validation set)
+    published_runs_holdout.json     runs found later, kept out of the validation set
+    published_runs_settings.json    how each published run was made (FSDP, offloading, ...)
+    vae_decode_flops.json           FLOPs per latent pixel of each decoder (tools/derive_vae_flops)
+    vae_decode_measured.json        measured VAE decode times, for the decode's share of peak
+    vae_decode_memory.json          the decoders' working memory (tools/derive_vae_memory)
+
+Each loader is cached: the files ship with the package and do not change while it runs. Callers
+read, never write, what they get back.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from importlib import resources
+
+from cpcourse.support.errors import require
+
+
+def read(name: str) -> dict:
+    """`cpcourse/data/<name>`, parsed."""
+    return json.loads(resources.files("cpcourse").joinpath(f"data/{name}").read_text())
+
+
+@lru_cache(maxsize=1)
+def facts() -> dict:
+    """The sourced facts sheet shipped with the package (models, GPUs, links, blog claims)."""
+    return read("video_models_and_hardware.json")
+
+
+@lru_cache(maxsize=1)
+def published_runs() -> dict:
+    """Published multi-GPU generation times for planner validation ("about" and "runs"), shipped
+    with the package: an unchanged copy of the facts sheet's published_runs.json. Each run names
+    its GPU by an id `cpcourse.planner.hardware.get_gpu` accepts (h100, h20, h800, a800, l20,
+    rtx4090)."""
+    return read("published_runs.json")
+
+
+def holdout_runs() -> dict:
+    """Published runs in `published_runs`' format that the course found later and keeps out of
+    the validation set, to check that the planner carries over (xDiT's HunyuanVideo 960x960
+    table); each notes which code ran it and where a time repeats another table's."""
+    return read("published_runs_holdout.json")
+
+
+@lru_cache(maxsize=1)
+def published_runs_settings() -> list[dict]:
+    """The rules saying how each published run was made, each with its source."""
+    rules = read("published_runs_settings.json")["rules"]
+    for rule in rules:
+        require(rule["gpus"] in ("1", "2+"), f"published_runs_settings.json: a rule's gpus is "
+                f"'1' or '2+', not {rule['gpus']!r}")
+    return rules
+
+
+@lru_cache(maxsize=1)
+def vae_flops_table() -> dict:
+    """FLOPs per latent pixel of each VAE family's decoder."""
+    return read("vae_decode_flops.json")["families"]
+
+
+@lru_cache(maxsize=1)
+def vae_measurements() -> list[dict]:
+    """Measured VAE decode times, one row per family and GPU."""
+    return read("vae_decode_measured.json")["measurements"]
+
+
+@lru_cache(maxsize=1)
+def vae_memory_table() -> dict:
+    """Each VAE family's decoder: parameters and working memory."""
+    return read("vae_decode_memory.json")["families"]

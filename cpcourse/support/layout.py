@@ -1,0 +1,119 @@
+"""A layout: how P ranks are split into cfg x ring x ulysses x tp, as arithmetic only.
+
+    python -c "from cpcourse.support.layout import layouts; print(*layouts(8, heads=12))"
+
+`Layout`, the layouts of a world and `check_layout` are shared by the mesh that builds process
+groups (`cpcourse.mesh`, notebook 09) and the planner that costs layouts (`cpcourse.planner`), so
+they live here, with no process groups: the planner loads without `torch.distributed`. The meaning
+of each dim is in `cpcourse.mesh`'s docstring.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+
+from cpcourse.support.errors import InputError, require
+
+DIMS = ("cfg", "ring", "ulysses", "tp")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Degrees of the four mesh dims; their product is the world size."""
+
+    cfg: int = 1
+    ring: int = 1
+    ulysses: int = 1
+    tp: int = 1
+
+    def __post_init__(self):
+        for name in DIMS:
+            value = getattr(self, name)
+            require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096,
+                    f"layout {name} must be a whole number from 1 to 4096, got {value!r}")
+        require(self.cfg in (1, 2), f"cfg must be 1 or 2 (the conditional and unconditional "
+                f"passes are two), got {self.cfg}")
+
+    @property
+    def world(self) -> int:
+        return self.cfg * self.ring * self.ulysses * self.tp
+
+    @property
+    def cp(self) -> int:
+        """Ranks the frames are split over: ring x ulysses."""
+        return self.ring * self.ulysses
+
+    @property
+    def shape(self) -> tuple[int, int, int, int]:
+        return (self.cfg, self.ring, self.ulysses, self.tp)
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Mesh coordinates of global `rank`: {"cfg": c, "ring": r, "ulysses": u, "tp": t}."""
+        require(0 <= rank < self.world, f"rank {rank} is not in a layout of {self.world} ranks")
+        out, rest = {}, rank
+        for name, size in reversed(list(zip(DIMS, self.shape, strict=True))):
+            out[name], rest = rest % size, rest // size
+        return {name: out[name] for name in DIMS}
+
+    def __str__(self) -> str:
+        parts = [f"{n}{getattr(self, n)}" for n in DIMS if getattr(self, n) > 1]
+        return " x ".join(parts) or "one rank"
+
+    @classmethod
+    def parse(cls, text: str) -> Layout:
+        """"cfg=2,ulysses=2" -> Layout(cfg=2, ulysses=2); dims left out are 1."""
+        require(isinstance(text, str) and text.strip(),
+                "layout: give dims as cfg=C,ring=R,ulysses=U,tp=T (any subset)")
+        values: dict[str, int] = {}
+        for part in text.split(","):
+            m = re.fullmatch(r"\s*([a-z]+)\s*=\s*(\d{1,4})\s*", part)
+            require(m is not None and m.group(1) in DIMS,
+                    f"layout {text!r}: each part must be NAME=N with NAME one of "
+                    f"{', '.join(DIMS)}, got {part.strip()!r}")
+            require(m.group(1) not in values, f"layout {text!r}: {m.group(1)} given twice")
+            values[m.group(1)] = int(m.group(2))
+        return cls(**values)
+
+
+def divisors(n: int) -> list[int]:
+    """Every whole number that divides `n`, smallest first."""
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def layouts(world: int, heads: int | None = None, cfg: bool = True) -> list[Layout]:
+    """Every layout of `world` ranks whose Ulysses x TP degree divides `heads` (when given);
+    `cfg=False` (a guidance-distilled model: one forward per step) keeps cfg at 1."""
+    require(isinstance(world, int) and 1 <= world <= 4096,
+            f"world must be a whole number from 1 to 4096, got {world!r}")
+    found = []
+    for c in ((1, 2) if cfg else (1,)):
+        if world % c:
+            continue
+        for t in divisors(world // c):
+            for u in divisors(world // (c * t)):
+                if heads is None or heads % (u * t) == 0:
+                    found.append(Layout(cfg=c, ring=world // (c * t * u), ulysses=u, tp=t))
+    return found
+
+
+def _listing(options: list[Layout], limit: int = 8) -> str:
+    text = "; ".join(str(o) for o in options[:limit])
+    return text + (f"; and {len(options) - limit} more" if len(options) > limit else "")
+
+
+def check_layout(layout: Layout, world: int | None = None, heads: int | None = None) -> Layout:
+    """The layout, or an InputError naming what to change and the layouts that would work."""
+    if world is not None and layout.world != world:
+        raise InputError(
+            f"layout {layout} needs {layout.world} ranks but the world has {world}: the degrees "
+            f"must multiply to the world size, e.g. {_listing(layouts(world, heads))}")
+    if heads is not None and heads % (layout.ulysses * layout.tp):
+        raise InputError(
+            f"layout {layout}: ulysses x tp = {layout.ulysses * layout.tp} does not divide the "
+            f"{heads} heads (Ulysses and TP both split heads); layouts of {layout.world} ranks "
+            f"that work: {_listing(layouts(layout.world, heads))} (the ring has no head limit)")
+    return layout
