@@ -72,7 +72,7 @@ class ElementwiseBytes(TorchDispatchMode):
 def count(model_id: str, arch: str, frames: int) -> dict:
     """Matmul FLOPs and element-wise bytes of one bf16 forward at `frames` (default size)."""
     from cpcourse.bench.gpu_models import build_real, real_inputs
-    from cpcourse.tokens import model_tokens
+    from cpcourse.planner.tokens import model_tokens
 
     model = build_real(model_id, arch, torch.device("meta"))
     inputs = real_inputs(model_id, arch, frames, "meta", torch.bfloat16)
@@ -87,7 +87,7 @@ def count(model_id: str, arch: str, frames: int) -> dict:
 
 def derive(model_id: str, arch: str) -> dict:
     """Solve the two lines through the counts at the default length and one a quarter of it."""
-    from cpcourse.tokens import get_model
+    from cpcourse.planner.tokens import get_model
 
     m = get_model(model_id)
     long = count(model_id, arch, m.default_frames)

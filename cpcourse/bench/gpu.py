@@ -174,7 +174,7 @@ def run_kernels(device, peak: float, repeat: int) -> dict:
 
 
 def run_models(device, dry: bool, kernels: dict | None, deadline: float) -> list:
-    from cpcourse.tokens import facts
+    from cpcourse.planner.facts import facts
 
     assumed = float(facts()["calculator_defaults"]["matmul_efficiency"])
     full = {r["backend"]: r["share_of_peak"] for r in (kernels or {}).get("rates", [])
@@ -206,7 +206,7 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
     start = time.monotonic()
     device = torch.device("cuda" if not a.dry_run else "cpu")
     gid = gpu_id(torch.cuda.get_device_name(device)) if device.type == "cuda" else "h200-sxm"
-    from cpcourse.hardware import get_gpu
+    from cpcourse.planner.hardware import get_gpu
 
     peak = get_gpu(gid).bf16_tflops if gid else float("nan")
     res = {"provenance": provenance(device, argv) | {"gpu_id": gid, "dry_run": a.dry_run},

@@ -12,7 +12,7 @@ channels), built straight on the GPU (random weights: no download) and cast as
 129, 118,800 plus 256 text tokens) is timed with CUDA events after a warm-up at two latent
 frames, and the allocator's peak during it is read.
 
-The prediction is `cpcourse.deployment.cost` for the same model, size and one H200: its per-
+The prediction is `cpcourse.planner.deployment.cost` for the same model, size and one H200: its per-
 forward linear and attention seconds, and its weights plus activations. Attention is priced at
 the share of peak the papers give for the kernel ("sdpa" is FlashAttention-2's 35% on Hopper,
 "fa3" 70%); `measured_rates` re-prices the same FLOPs at the rates this run measured.
@@ -25,9 +25,9 @@ import math
 import torch
 
 from cpcourse.bench.gpu_kernels import median, timed
-from cpcourse.deployment import cost
-from cpcourse.mesh import Layout
-from cpcourse.tokens import get_model, model_tokens
+from cpcourse.planner.deployment import cost
+from cpcourse.planner.tokens import get_model, model_tokens
+from cpcourse.support.layout import Layout
 
 # (preset id, diffusers arch, the sizes to run at: the preset's default video)
 CASES = (("wan2.1-t2v-1.3b", "wan"), ("wan2.1-t2v-14b", "wan"),
@@ -50,7 +50,7 @@ def build_real(model_id: str, arch: str, device: torch.device, dtype=torch.bfloa
     """The released architecture with random weights, made on `device` (no CPU copy)."""
     import diffusers
 
-    from cpcourse.models.tiny import ARCHS, cast
+    from cpcourse.models.build import ARCHS, cast
 
     cls = getattr(diffusers, ARCHS[arch].cls)
     torch.manual_seed(0)

@@ -79,8 +79,8 @@ def test_ring_and_ulysses_on_a_one_rank_nccl_group():
 def test_tiny_dit_generates_the_cpu_clip_on_cuda():
     """The trained shapes model: fp32 on CUDA is the CPU clip (TF32 off); bf16 moves pixels by
     at most 0.25 (mean 0.02) and the clip is still a circle moving right."""
-    from cpcourse.shapes import track
-    from cpcourse.shapes_model import generate_clip, load_shapes_model
+    from cpcourse.tinydit.moving_shapes import track
+    from cpcourse.tinydit.training import generate_clip, load_shapes_model
 
     want = generate_clip(load_shapes_model(), "circle-right", seed=5)
     torch.backends.cuda.matmul.allow_tf32 = False

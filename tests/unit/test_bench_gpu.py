@@ -59,7 +59,7 @@ def test_real_configs_have_the_released_sizes(model_id, arch):
     """Built on the meta device (no memory): the parameter count of the released checkpoint
     (Wan2.1 1.3B: 1.42 B, 14B: 14.29 B, HunyuanVideo: 12.82 B) within 10% of the facts sheet's
     count of the blocks, and the layer count of the preset."""
-    from cpcourse.tokens import get_model
+    from cpcourse.planner.tokens import get_model
 
     model = gpu_models.build_real(model_id, arch, torch.device("meta"))
     params = sum(p.numel() for p in model.parameters())

@@ -4,7 +4,7 @@ exactly as CUDA does, so a CPU-only machine catches what would break on a GPU.""
 
 from __future__ import annotations
 
-from cpcourse.shapes_model import generate_clip, load_shapes_model
+from cpcourse.tinydit.training import generate_clip, load_shapes_model
 
 
 def test_generate_clip_follows_the_models_device():
