@@ -7,9 +7,12 @@ Every rate is a GPU's peak times a share measured elsewhere (the facts sheet nam
 volume is counted from what the code of the real systems sends. Nothing is fitted to the published
 runs that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
 the N tokens, the model's `hidden` split over T tp ranks:
-    linear     2 n P_tok / T FLOPs (P_tok: the block weights a video token meets; a cross-
-               attention's K/V weights meet the text, 2 N_text (2 hidden^2) per layer, instead)
-               at peak x matmul_efficiency
+    linear     2 n P_tok / T FLOPs (P_tok: the block weights a video token meets, `block_params`
+               less a cross-attention's K/V weights, which meet the text, 2 N_text (2 hidden^2)
+               per layer, instead) at peak x matmul_efficiency
+    elementwise  e n + e0 bytes (same tool: what norms, modulations, rotary and activations read
+               and write) at HBM bandwidth x the share a copy reaches (measured on an H200);
+               zero where not derived. An H200 profile put this work at 13-24% of a forward
     attention  4 n N hidden / T per layer (+ 4 n N_text hidden / T for cross-attention) at
                peak x the kernel's efficiency (FA2, FA3, SDPA by architecture)
     merge      the ring folds R - 1 blocks into its running output: 26 bytes moved per element
@@ -41,9 +44,9 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.planner.facts import facts
+from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds
-from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.planner.tokens import get_model
 from cpcourse.support.dtypes import nbytes
@@ -57,6 +60,21 @@ BYTES = nbytes("bf16")  # bf16 weights and activations
 MERGE_BYTES_PER_ELEMENT = 26
 def _facts_entry(model_id: str) -> dict:
     return next(m for m in facts()["models"] if m["id"] == model_id)
+
+
+def block_params(model_id: str) -> float:
+    """The parameters of the blocks one token meets (one expert of an MoE; a cross-attention's
+    K/V weights included, though they meet the text): where tools/derive_dit_costs.py counted
+    the model on diffusers' own module, its matmul FLOPs per token / 2 plus those K/V weights;
+    else the facts sheet's estimate, which counts every block parameter (HunyuanVideo: 12.46 B
+    where a token meets 6.79 B: the modulation linears act on the timestep, the text stream's
+    weights on the text)."""
+    m = get_model(model_id)
+    derived = dit_derived_costs().get(model_id)
+    if derived:
+        cross = 0 if m.text_joint or not m.text_tokens else 2 * m.hidden ** 2 * m.layers
+        return derived["matmul_flops_per_token"] / 2 + cross
+    return float(_facts_entry(model_id).get("est_block_params_B") or m.params_b) * 1e9
 
 
 def all_reduces_per_forward(model_id: str, layers: int, text_joint: bool) -> int:
@@ -76,7 +94,7 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
          residency: Residency = RESIDENT) -> dict:
     """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`); see
     above."""
-    m, g, f = get_model(model_id), get_gpu(gpu_id), _facts_entry(model_id)
+    m, g = get_model(model_id), get_gpu(gpu_id)
     eff, eff_source = kernel_efficiency(g.id, kernel)
     d = facts()["calculator_defaults"]
     matmul = g.bf16_tflops * 1e12 * float(d["matmul_efficiency"])
@@ -88,13 +106,19 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
     cross = not m.text_joint and n_text > 0
     n = math.ceil(n_seq / (r * u))
     h, layers = m.hidden, m.layers
-    p_block = float(f.get("est_block_params_B") or m.params_b) * 1e9  # active (one expert)
+    p_block = block_params(m.id)
     kv_cross = 2 * h * h * layers if cross else 0  # cross-attention K/V weights meet the text
     linear_flops = 2 * n * (p_block - kv_cross) / t + 2 * n_text * kv_cross / t
+    derived = dit_derived_costs().get(m.id)
+    elem_bytes = (derived["elementwise_bytes_per_token"] * n + derived["elementwise_bytes_fixed"]
+                  if derived else 0.0)  # not derived for this model: not priced
     attn_flops = layers * 4 * n * n_seq * h / t + (layers * 4 * n * n_text * h / t if cross else 0)
     linear_s, attn_s = linear_flops / matmul, (attn_flops / attn_rate if eff else math.inf)
     hbm = g.hbm_tbps * 1e12
     merge_s = layers * (r - 1) * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
+    # norms, modulations, rotary, activations: memory-bound, at a copy's share of HBM (TP splits
+    # some of these tensors and not others: not divided, an upper bound under TP)
+    elem_s = elem_bytes / (hbm * copy_efficiency()[0])
     uly_link = _link_for(u * t, gpus_per_node, g)
     ring_link = _link_for(r * u * t, gpus_per_node, g)  # the ring spans ring x ulysses x tp
     tp_link = _link_for(t, gpus_per_node, g)
@@ -115,7 +139,7 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
     forwards = m.cfg_forwards // c
     per_forward = {"linear": linear_s, "attention": attn_s, "ring_merge": merge_s,
                    "ulysses": uly_s, "ring_exposed": ring_s, "tp_allreduce": tp_s,
-                   "fsdp_exposed": fsdp_s}
+                   "fsdp_exposed": fsdp_s, "elementwise": elem_s}
     latent = tok.latent_frames * tok.latent_height * tok.latent_width * m.latent_channels
     cfg_s = (latent * BYTES / (_link_for(world, gpus_per_node, g).effective_gbps * 1e9)
              if c == 2 else 0.0)
@@ -155,6 +179,7 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
                       "residency": {"offload": residency.offload,
                                     "text_encoder_cpu": residency.text_encoder_cpu},
                       "tp_all_reduces_per_forward": reduces if t > 1 else 0,
+                      "linear_derived": bool(derived), "elementwise_counted": bool(derived),
                       "vae_counted": once["vae_flops"] is not None,
                       "vae_decode_flops": once["vae_flops"], "vae_share_of_peak": once["vae_share"],
                       "vae_share_source": once["vae_source"], "text_encoder": once["text_encoder"]},

@@ -9,6 +9,9 @@
     vae_decode_flops.json           FLOPs per latent pixel of each decoder (tools/derive_vae_flops)
     vae_decode_measured.json        measured VAE decode times, for the decode's share of peak
     vae_decode_memory.json          the decoders' working memory (tools/derive_vae_memory)
+    dit_derived_costs.json          each DiT's matmul FLOPs and element-wise bytes per token
+                                    (tools/derive_dit_costs)
+    gpu_measured_*.json             what `cpcourse bench gpu` measured on a GPU, with provenance
 
 Each loader is cached: the files ship with the package and do not change while it runs. Callers
 read, never write, what they get back.
@@ -76,3 +79,21 @@ def vae_measurements() -> list[dict]:
 def vae_memory_table() -> dict:
     """Each VAE family's decoder: parameters and working memory."""
     return read("vae_decode_memory.json")["families"]
+
+
+@lru_cache(maxsize=1)
+def dit_derived_costs() -> dict:
+    """Per preset id: matmul FLOPs and element-wise bytes of one forward as lines in the tokens
+    (`*_per_token`, `*_fixed`), derived from diffusers' classes on the meta device."""
+    return read("dit_derived_costs.json")["models"]
+
+
+GPU_MEASURED = ("gpu_measured_h200.json",)
+
+
+@lru_cache(maxsize=1)
+def gpu_measured() -> dict:
+    """Per GPU id: the results `cpcourse bench gpu` wrote on that GPU (provenance, tests,
+    kernels, models), as committed."""
+    runs = [read(name) for name in GPU_MEASURED]
+    return {run["provenance"]["gpu_id"]: run for run in runs}

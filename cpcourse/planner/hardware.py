@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import lru_cache
 
-from cpcourse.planner.facts import facts
+from cpcourse.planner.facts import facts, gpu_measured
 from cpcourse.support.errors import InputError
 
 
@@ -103,17 +103,43 @@ def gpus() -> dict[str, GPU]:
     return out
 
 
+def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
+    """(share of bf16 peak, source) of `kernel` as `cpcourse bench gpu` measured it on this GPU
+    at Wan 14B's 720p sequence (40 heads of 128, 75,600 tokens), or None. "fa2" is SDPA's flash
+    kernel (FlashAttention-2); "sdpa" is whichever kernel SDPA chose there for an unmasked
+    attention (cuDNN's on an H200 with torch 2.11). FA3 itself was not installed: not measured."""
+    run = gpu_measured().get(get_gpu(gpu_id).id)
+    if run is None or kernel not in ("fa2", "sdpa"):
+        return None
+    backend = "sdpa-flash" if kernel == "fa2" else next(
+        (m["sdpa_backend"] for m in run.get("models", []) if m.get("arch") == "wan"), None)
+    row = next((r for r in run.get("kernels", {}).get("rates", [])
+                if r["backend"] == backend and r["shape"] == "full" and "share_of_peak" in r),
+               None)
+    if row is None:
+        return None
+    p = run["provenance"]
+    return row["share_of_peak"], (f"measured: {backend} at {row['tokens']:,} tokens, "
+                                  f"{row['heads']} heads of {row['head_dim']}, on one {p['gpu']} "
+                                  f"(torch {p['torch']}, {p['date'][:10]}; "
+                                  "cpcourse/data/gpu_measured_h200.json)")
+
+
 def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
     """(share of bf16 peak, source) that attention kernel `kernel` reaches on the GPU.
 
-    From the facts sheet's calculator_defaults.attention_kernels: a measurement on that GPU if
-    there is one, else its architecture's value; None where the kernel does not run there (FA3
-    outside Hopper), with the reason as the source.
+    This course's own measurement on that GPU if there is one (`measured_kernel_share`), else a
+    published one on that GPU (the facts sheet's calculator_defaults.attention_kernels.by_gpu),
+    else its architecture's value; None where the kernel does not run there (FA3 outside
+    Hopper), with the reason as the source.
     """
     g = get_gpu(gpu_id)
     k = kernel.lower()
     if k not in KERNELS:
         raise InputError(f"unknown attention kernel {kernel!r}: use one of {', '.join(KERNELS)}")
+    mine = measured_kernel_share(g.id, k)
+    if mine is not None:
+        return mine
     table = facts()["calculator_defaults"]["attention_kernels"]
     hit = table["by_gpu"].get(g.id, {}).get(k) or table["efficiency"][k][g.arch]
     if hit is None:
@@ -192,3 +218,15 @@ def get_link(link_id: str) -> Link:
         raise InputError(f"unknown link {link_id!r}: use one of {', '.join(table)}, "
                          "or give --bandwidth GBps")
     return table[key]
+
+
+def copy_efficiency() -> tuple[float, str]:
+    """(share of HBM bandwidth, source) that memory-bound work reaches: a device-to-device copy
+    as `cpcourse bench gpu` measured it (read plus write bytes over the datasheet's bandwidth).
+    One H200's figure stands for every GPU: no other was measured."""
+    gid, run = next(iter(gpu_measured().items()))
+    copy = run["kernels"]["copy"]
+    share = copy["tbps"] / get_gpu(gid).hbm_tbps
+    return share, (f"measured: a {copy['bytes'] / 1e9:.1f} GB device-to-device copy at "
+                   f"{copy['tbps']:.2f} TB/s on one {run['provenance']['gpu']} "
+                   "(cpcourse/data/gpu_measured_h200.json)")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from cpcourse.planner.facts import facts, published_runs
+from cpcourse.planner.deployment import block_params
+from cpcourse.planner.facts import published_runs
 from cpcourse.planner.pipeline_memory import (
     Residency,
     decode_working_bytes,
@@ -84,8 +85,7 @@ def test_the_plan_takes_the_largest_phase_and_the_released_dtypes():
     line = next(x for x in off["reasoning"] if x.startswith("Per GPU"))
     assert "the decode phase (vae 0.5, vae decode 8.2)" in line and "weights" not in line
     # float32 weights over 8 GPUs, plus one layer (the blocks' share) gathered in bf16
-    entry = next(e for e in facts()["models"] if e["id"] == WAN)
-    layer = float(entry["est_block_params_B"]) * 1e9 / 40 * 2
+    layer = block_params(WAN) / 40 * 2  # counted on diffusers' module: 14.05 B
     assert mem["weights"] == int(14e9 * 4 / 8 + layer)
     bf16 = plan(WAN, 720, 1280, 81, 8, "h800", layout="ulysses=8", fsdp=True)
     assert bf16["breakdown"]["memory_bytes"]["weights"] == int(14e9 * 2 / 8 + layer)
