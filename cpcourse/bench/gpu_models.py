@@ -13,7 +13,7 @@ channels), built straight on the GPU (random weights: no download) and cast as
 frames, and the allocator's peak during it is read.
 
 The prediction is `cpcourse.planner.deployment.cost` for the same model, size and one H200: its per-
-forward linear and attention seconds, and its weights plus activations. Attention is priced at
+forward linear, attention and element-wise seconds, and its weights plus activations. Attention is priced at
 the share of peak the papers give for the kernel ("sdpa" is FlashAttention-2's 35% on Hopper,
 "fa3" 70%); `measured_rates` re-prices the same FLOPs at the rates this run measured.
 """
@@ -101,7 +101,8 @@ def predict(model_id: str, gpu_id: str, kernels=("sdpa", "fa3")) -> dict:
         c = cost(model_id, tok, gpu_id, Layout(), 1, kernel=k)
         per = c["breakdown"]["per_forward_seconds"]
         out[k] = {"linear_seconds": per["linear"], "attention_seconds": per["attention"],
-                  "forward_seconds": per["linear"] + per["attention"],
+                  "elementwise_seconds": per["elementwise"],
+                  "forward_seconds": per["linear"] + per["attention"] + per["elementwise"],
                   "kernel_efficiency": c["kernel_efficiency"]}
         mem = c["breakdown"]["memory_bytes"]
         out["weights_bytes"], out["activation_bytes"] = mem["weights"], mem["activations"]
@@ -116,7 +117,9 @@ def measured_rates(pred: dict, attention_share: float | None, matmul_share: floa
     base = pred["sdpa"]
     attn = base["attention_seconds"] * base["kernel_efficiency"] / attention_share
     lin = base["linear_seconds"] * assumed_matmul / matmul_share
-    return {"linear_seconds": lin, "attention_seconds": attn, "forward_seconds": lin + attn,
+    elem = base["elementwise_seconds"]
+    return {"linear_seconds": lin, "attention_seconds": attn, "elementwise_seconds": elem,
+            "forward_seconds": lin + attn + elem,
             "attention_share": attention_share, "matmul_share": matmul_share}
 
 
