@@ -12,10 +12,11 @@ channels), built straight on the GPU (random weights: no download) and cast as
 129, 118,800 plus 256 text tokens) is timed with CUDA events after a warm-up at two latent
 frames, and the allocator's peak during it is read.
 
-The prediction is `cpcourse.planner.deployment.cost` for the same model, size and one H200: its per-
-forward linear, attention and element-wise seconds, and its weights plus activations. Attention is priced at
-the share of peak the papers give for the kernel ("sdpa" is FlashAttention-2's 35% on Hopper,
-"fa3" 70%); `measured_rates` re-prices the same FLOPs at the rates this run measured.
+The prediction is `cpcourse.planner.deployment.cost` for the same model, size and one H200: its
+per-forward linear, attention and element-wise seconds, and its weights plus activations.
+Attention is priced at the planner's share of peak for the kernel (on an H200 this course's own
+measurement: "sdpa" is the kernel SDPA picks there, "fa2" FlashAttention-2; "fa3" the papers'
+70%); `measured_rates` re-prices the same FLOPs at the rates this run measured.
 """
 
 from __future__ import annotations
