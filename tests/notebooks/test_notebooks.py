@@ -129,14 +129,14 @@ def test_a_kernel_silent_at_startup_gets_one_fresh_start(monkeypatch, tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("1 + 1")]), src)
     starts = []
 
-    class Silent(nbrun.PollingClient):
+    class Silent(nbrun.RunnerClient):
         def execute(self, **kwargs):
             starts.append(1)
             if len(starts) <= fail_times:
                 raise RuntimeError("Kernel didn't respond in 90 seconds")
             return super().execute(**kwargs)
 
-    monkeypatch.setattr(nbrun, "PollingClient", Silent)
+    monkeypatch.setattr(nbrun, "RunnerClient", Silent)
     fail_times = 1
     result = nbrun.main(str(src), str(tmp_path / "out.ipynb"))
     assert result["ok"] and len(starts) == 2, result
