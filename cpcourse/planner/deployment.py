@@ -52,7 +52,7 @@ from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
-from cpcourse.planner.tokens import get_model
+from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
 from cpcourse.support.layout import Layout
 
@@ -62,29 +62,20 @@ BYTES = nbytes("bf16")  # bf16 weights and activations
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
 # 4 + 4, write 4); the lse rows are 1/D of that.
 MERGE_BYTES_PER_ELEMENT = 26
-def _facts_entry(model_id: str) -> dict:
-    return next(m for m in facts()["models"] if m["id"] == model_id)
+def block_params(model: ModelPreset | str) -> float:
+    """The parameters of the blocks one token meets (`cpcourse.planner.tokens.ModelPreset`'s
+    `block_params`: derived from diffusers' own module where counted, else the facts sheet's
+    estimate)."""
+    return as_preset(model).block_params
 
 
-def block_params(model_id: str) -> float:
-    """The parameters of the blocks one token meets (one expert of an MoE; a cross-attention's
-    K/V weights included, though they meet the text): where tools/derive_dit_costs.py counted
-    the model on diffusers' own module, its matmul FLOPs per token / 2 plus those K/V weights;
-    else the facts sheet's estimate, which counts every block parameter (HunyuanVideo: 12.46 B
-    where a token meets 6.79 B: the modulation linears act on the timestep, the text stream's
-    weights on the text)."""
-    m = get_model(model_id)
-    derived = dit_derived_costs().get(model_id)
-    if derived:
-        cross = 0 if m.text_joint or not m.text_tokens else 2 * m.hidden ** 2 * m.layers
-        return derived["matmul_flops_per_token"] / 2 + cross
-    return float(_facts_entry(model_id).get("est_block_params_B") or m.params_b) * 1e9
-
-
-def all_reduces_per_forward(model_id: str, layers: int, text_joint: bool) -> int:
-    """TP all-reduces in one forward, as the blocks have them (see the module docstring)."""
-    if model_id.startswith("hunyuanvideo"):
-        return 20 * 2 + 40 * 1  # 20 dual-stream blocks (attention, MLP), 40 single-stream
+def all_reduces_per_forward(model: ModelPreset | str, layers: int, text_joint: bool) -> int:
+    """TP all-reduces in one forward of `layers` blocks, as the blocks have them (see the module
+    docstring): the facts sheet's count where the model's blocks are not all alike
+    (HunyuanVideo's dual- and single-stream blocks), else 2 per joint block, 3 per cross."""
+    model = as_preset(model)
+    if model.tp_all_reduces_src:
+        return model.tp_all_reduces_per_forward
     return layers * (2 if text_joint else 3)
 
 
@@ -132,7 +123,7 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     cross = _cross_attention(model, tok)
     n = _tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
-    p_block = block_params(model.id)
+    p_block = model.block_params
     kv_cross = 2 * h * h * layers if cross else 0  # cross-attention K/V weights meet the text
     linear_flops = 2 * n * (p_block - kv_cross) / t + 2 * n_text * kv_cross / t
     derived = dit_derived_costs().get(model.id)
@@ -185,11 +176,11 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
         block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
                  else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
-    reduces = all_reduces_per_forward(model.id, layers, model.text_joint)
+    reduces = model.tp_all_reduces_per_forward
     tp_s = reduces * 2 * (t - 1) / t * n * h * BYTES / (tp_link.effective_gbps * 1e9)
     fsdp_s = 0.0
     if fsdp and world > 1:
-        gather = (block_params(model.id) / layers * BYTES * (world - 1) / world
+        gather = (model.block_params / layers * BYTES * (world - 1) / world
                   / (world_link.effective_gbps * 1e9))
         layer_compute = (compute.linear + compute.attention) / layers
         fsdp_s = layers * max(0.0, gather - layer_compute)
@@ -242,16 +233,16 @@ def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
     r, u, t, world = layout.ring, layout.ulysses, layout.tp, layout.world
     n = _tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
-    (dit_b, _, _), dtype_source = released_bytes(model.id) if released else ((BYTES,) * 3, None)
+    (dit_b, _, _), dtype_source = released_bytes(model) if released else ((BYTES,) * 3, None)
     weights = model.params_b * 1e9 * dit_b
     # FSDP gathers one layer at a time in the compute dtype (bf16)
     sharded = fsdp and world > 1
-    weights_gpu = (weights / world + block_params(model.id) / layers * BYTES if sharded
+    weights_gpu = (weights / world + model.block_params / layers * BYTES if sharded
                    else weights / t)
     acts = n * (3 * h + (3 * h + model.ffn) / t) * BYTES
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
-    pipe = phases(model.id, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
+    pipe = phases(model, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
                   shards=world if sharded else 1, released=released, residency=residency)
     return Memory(weights=int(weights_gpu), activations=int(acts), ring_buffers=int(ring_buf),
                   all_to_all_buffers=int(a2a_buf), text_encoder=pipe["text_encoder"],
@@ -260,12 +251,12 @@ def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
                   released_dtypes=dtype_source)
 
 
-def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
+def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
          kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
          residency: Residency = RESIDENT) -> dict:
     """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`): its
     compute, communication and memory (see above), composed."""
-    model, gpu = get_model(model_id), get_gpu(gpu_id)
+    model, gpu = as_preset(model), get_gpu(gpu_id)
     comp = compute_seconds(model, tok, gpu, layout, kernel)
     comm = comm_seconds(model, tok, gpu, layout, gpus_per_node, comp, fsdp)
     mem = memory_bytes(model, tok, layout, fsdp, released, residency)
@@ -276,7 +267,7 @@ def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
                    "fsdp_exposed": comm.fsdp_exposed, "elementwise": comp.elementwise}
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
     prompts = 2 if model.cfg_forwards == 2 else 1
-    once = fixed_seconds(model.id, tok, gpu.id, comp.matmul_rate, prompts)
+    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts)
     fixed = once["seconds"]
     return {
         "layout": layout.as_dict(), "tokens_per_rank": _tokens_per_rank(tok, layout),

@@ -20,7 +20,7 @@ from cpcourse.planner.costs import MAX_GPUS
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
-from cpcourse.planner.tokens import TokenCount, get_model, model_tokens
+from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import Layout, layouts
 
@@ -33,9 +33,9 @@ def auto_kernel(gpu_id: str) -> str:
     return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
 
 
-def validity(model_id: str, tok, layout: Layout) -> str | None:
+def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
     """Why the model cannot run this layout, or None."""
-    m = get_model(model_id)
+    m = as_preset(model)
     if layout.cfg == 2 and m.cfg_forwards == 1:
         return f"{m.name} is guidance-distilled (one forward per step): there is no CFG pair"
     if m.heads % (layout.ulysses * layout.tp):
@@ -44,23 +44,24 @@ def validity(model_id: str, tok, layout: Layout) -> str | None:
     sp = layout.cp
     if sp > tok.sequence_length:
         return f"{sp} CP ranks for {tok.sequence_length} tokens"
-    if model_id.startswith("hunyuanvideo") and sp > 1:
+    rule, src = m.split_rule or (None, None)
+    if rule == "latent height or else width" and sp > 1:
         rows, cols = tok.latent_height // 2, tok.latent_width // 2
         if rows % sp and cols % sp:
-            return (f"HunyuanVideo splits the latent height ({rows} token rows) or else the width "
-                    f"({cols} columns) over its {sp} sequence-parallel ranks: neither divides "
-                    "(hyvideo/inference.py)")
+            return (f"{m.name.split()[0]} splits the latent height ({rows} token rows) or else "
+                    f"the width ({cols} columns) over its {sp} sequence-parallel ranks: neither "
+                    f"divides ({src})")
     return None
 
 
-def cost_layout(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
+def cost_layout(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
                 kernel: str, fsdp: bool, steps: int, released: bool = False,
                 residency: Residency = RESIDENT) -> dict:
     """One layout: valid, reason, and (when valid) its costs."""
-    reason = validity(model_id, tok, layout)
+    reason = validity(model, tok, layout)
     out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
     if reason is None:
-        out.update(cost(model_id, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
+        out.update(cost(model, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
                         released=released, residency=residency, steps=steps))
     return out
 
@@ -150,7 +151,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     require(eff is not None, f"--kernel {kernel} has no published rate on {g.arch} GPUs like the "
             f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
     per_node = gpus // nodes
-    args = (model_id, tok, g.id)
+    args = (m, tok, g.id)
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
             "kernel": kernel, "tokens": tok, "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp),
             "released": bool(released)}
