@@ -238,7 +238,7 @@ def _plan_cmd(args):
     d = plan.plan(args.model, args.height, args.width, args.frames, args.gpus, args.gpu,
                   args.nodes, steps=args.steps, kernel=args.kernel, layout=args.layout,
                   fsdp=args.fsdp, released=args.released, offload=args.offload,
-                  text_encoder_cpu=args.text_encoder_cpu)
+                  text_encoder_cpu=args.text_encoder_cpu).as_dict()
     if not d["valid"]:
         return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
     text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['nodes']} node(s)): "

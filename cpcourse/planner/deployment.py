@@ -2,7 +2,10 @@
 
     cpcourse plan --model hunyuanvideo-13b --gpus 8 --gpu h100 --layout ulysses=8 --json
 
-`cost(...)` prices a `cpcourse.support.layout.Layout` (cfg x ring x ulysses x tp) term by term.
+`cost(...)` prices a `cpcourse.support.layout.Layout` (cfg x ring x ulysses x tp) term by term,
+composing three parts, each a frozen dataclass with `as_dict()`: `compute_seconds` (`Compute`:
+linear, elementwise, attention, merge), `comm_seconds` (`Communication`: ulysses, ring, tp, fsdp,
+cfg, with their links) and `memory_bytes` (`Memory`: weights, activations, buffers, the phases).
 Every rate is a GPU's peak times a share measured elsewhere (the facts sheet names where); every
 volume is counted from what the code of the real systems sends. Nothing is fitted to the published
 runs that `cpcourse plan --validate` compares with. Per forward of one GPU, holding n = N / (R U) of
@@ -43,12 +46,13 @@ decode's working set. `per_gpu_bytes` is the largest phase on the busiest GPU.
 from __future__ import annotations
 
 import math
+from dataclasses import asdict, dataclass
 
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
-from cpcourse.planner.tokens import get_model
+from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
 from cpcourse.support.layout import Layout
 
@@ -58,29 +62,20 @@ BYTES = nbytes("bf16")  # bf16 weights and activations
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
 # 4 + 4, write 4); the lse rows are 1/D of that.
 MERGE_BYTES_PER_ELEMENT = 26
-def _facts_entry(model_id: str) -> dict:
-    return next(m for m in facts()["models"] if m["id"] == model_id)
+def block_params(model: ModelPreset | str) -> float:
+    """The parameters of the blocks one token meets (`cpcourse.planner.tokens.ModelPreset`'s
+    `block_params`: derived from diffusers' own module where counted, else the facts sheet's
+    estimate)."""
+    return as_preset(model).block_params
 
 
-def block_params(model_id: str) -> float:
-    """The parameters of the blocks one token meets (one expert of an MoE; a cross-attention's
-    K/V weights included, though they meet the text): where tools/derive_dit_costs.py counted
-    the model on diffusers' own module, its matmul FLOPs per token / 2 plus those K/V weights;
-    else the facts sheet's estimate, which counts every block parameter (HunyuanVideo: 12.46 B
-    where a token meets 6.79 B: the modulation linears act on the timestep, the text stream's
-    weights on the text)."""
-    m = get_model(model_id)
-    derived = dit_derived_costs().get(model_id)
-    if derived:
-        cross = 0 if m.text_joint or not m.text_tokens else 2 * m.hidden ** 2 * m.layers
-        return derived["matmul_flops_per_token"] / 2 + cross
-    return float(_facts_entry(model_id).get("est_block_params_B") or m.params_b) * 1e9
-
-
-def all_reduces_per_forward(model_id: str, layers: int, text_joint: bool) -> int:
-    """TP all-reduces in one forward, as the blocks have them (see the module docstring)."""
-    if model_id.startswith("hunyuanvideo"):
-        return 20 * 2 + 40 * 1  # 20 dual-stream blocks (attention, MLP), 40 single-stream
+def all_reduces_per_forward(model: ModelPreset | str, layers: int, text_joint: bool) -> int:
+    """TP all-reduces in one forward of `layers` blocks, as the blocks have them (see the module
+    docstring): the facts sheet's count where the model's blocks are not all alike
+    (HunyuanVideo's dual- and single-stream blocks), else 2 per joint block, 3 per cross."""
+    model = as_preset(model)
+    if model.tp_all_reduces_src:
+        return model.tp_all_reduces_per_forward
     return layers * (2 if text_joint else 3)
 
 
@@ -89,97 +84,206 @@ def _link_for(span: int, gpus_per_node: int, gpu):
     return get_link(gpu.intra_link if span <= gpus_per_node else gpu.nic)
 
 
-def cost(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
-         kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
-         residency: Residency = RESIDENT) -> dict:
-    """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`); see
-    above."""
-    m, g = get_model(model_id), get_gpu(gpu_id)
-    eff, eff_source = kernel_efficiency(g.id, kernel)
-    d = facts()["calculator_defaults"]
-    matmul = g.bf16_tflops * 1e12 * float(d["matmul_efficiency"])
-    attn_rate = g.bf16_tflops * 1e12 * (eff or 0.0)
-    c, r, u, t = layout.cfg, layout.ring, layout.ulysses, layout.tp
-    world = layout.world
-    n_seq = tok.sequence_length
-    n_text = tok.text_tokens
-    cross = not m.text_joint and n_text > 0
-    n = math.ceil(n_seq / (r * u))
-    h, layers = m.hidden, m.layers
-    p_block = block_params(m.id)
+def _tokens_per_rank(tok, layout: Layout) -> int:
+    """n: the tokens one GPU holds, the sequence split over ring x ulysses."""
+    return math.ceil(tok.sequence_length / (layout.ring * layout.ulysses))
+
+
+def _cross_attention(model, tok) -> bool:
+    return not model.text_joint and tok.text_tokens > 0
+
+
+@dataclass(frozen=True)
+class Compute:
+    """Seconds of one forward on one GPU that compute, not wait (the docstring's linear,
+    elementwise, attention and merge), and the rates they ran at."""
+
+    linear: float
+    attention: float
+    ring_merge: float
+    elementwise: float
+    matmul_rate: float  # FLOP/s: peak x matmul_efficiency
+    attention_rate: float  # FLOP/s: peak x the kernel's efficiency (0 where it has none)
+    kernel_efficiency: float | None
+    kernel_source: str | None
+    derived: bool  # linear and element-wise work counted by tools/derive_dit_costs.py
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
+    """The compute terms of one forward on one GPU (see the module docstring)."""
+    eff, eff_source = kernel_efficiency(gpu.id, kernel)
+    defaults = facts()["calculator_defaults"]
+    matmul = gpu.bf16_tflops * 1e12 * float(defaults["matmul_efficiency"])
+    attn_rate = gpu.bf16_tflops * 1e12 * (eff or 0.0)
+    r, t = layout.ring, layout.tp
+    n_seq, n_text = tok.sequence_length, tok.text_tokens
+    cross = _cross_attention(model, tok)
+    n = _tokens_per_rank(tok, layout)
+    h, layers = model.hidden, model.layers
+    p_block = model.block_params
     kv_cross = 2 * h * h * layers if cross else 0  # cross-attention K/V weights meet the text
     linear_flops = 2 * n * (p_block - kv_cross) / t + 2 * n_text * kv_cross / t
-    derived = dit_derived_costs().get(m.id)
+    derived = dit_derived_costs().get(model.id)
     elem_bytes = (derived["elementwise_bytes_per_token"] * n + derived["elementwise_bytes_fixed"]
                   if derived else 0.0)  # not derived for this model: not priced
     attn_flops = layers * 4 * n * n_seq * h / t + (layers * 4 * n * n_text * h / t if cross else 0)
     linear_s, attn_s = linear_flops / matmul, (attn_flops / attn_rate if eff else math.inf)
-    hbm = g.hbm_tbps * 1e12
+    hbm = gpu.hbm_tbps * 1e12
     merge_s = layers * (r - 1) * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
     # norms, modulations, rotary, activations: memory-bound, at a copy's share of HBM (TP splits
     # some of these tensors and not others: not divided, an upper bound under TP)
     elem_s = elem_bytes / (hbm * copy_efficiency()[0])
-    uly_link = _link_for(u * t, gpus_per_node, g)
-    ring_link = _link_for(r * u * t, gpus_per_node, g)  # the ring spans ring x ulysses x tp
-    tp_link = _link_for(t, gpus_per_node, g)
+    return Compute(linear=linear_s, attention=attn_s, ring_merge=merge_s, elementwise=elem_s,
+                   matmul_rate=matmul, attention_rate=attn_rate, kernel_efficiency=eff,
+                   kernel_source=eff_source, derived=bool(derived))
+
+
+@dataclass(frozen=True)
+class Communication:
+    """Seconds one forward waits on its links (the docstring's ulysses, ring, tp and fsdp), the
+    CFG exchange once per step, and the link each group crosses (None where it does not send)."""
+
+    ulysses: float
+    ring_exposed: float
+    tp_allreduce: float
+    fsdp_exposed: float
+    cfg_exchange: float  # per step, not per forward
+    links: dict
+    tp_all_reduces_per_forward: int
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: Compute,
+                 fsdp: bool) -> Communication:
+    """The communication terms, each on the link it crosses; the ring's hops and FSDP's gathers
+    hide behind `compute` (see the module docstring)."""
+    c, r, u, t, world = layout.cfg, layout.ring, layout.ulysses, layout.tp, layout.world
+    n = _tokens_per_rank(tok, layout)
+    h, layers = model.hidden, model.layers
+    uly_link = _link_for(u * t, gpus_per_node, gpu)
+    ring_link = _link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
+    tp_link = _link_for(t, gpus_per_node, gpu)
+    world_link = _link_for(world, gpus_per_node, gpu)
     uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
     ring_s = 0.0
     if r > 1:
         hop = 2 * n * h / t * BYTES / (ring_link.effective_gbps * 1e9)
-        block = 4 * u * n * n * h / t / attn_rate if eff else math.inf
+        block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
+                 else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
-    reduces = all_reduces_per_forward(m.id, layers, m.text_joint)
+    reduces = model.tp_all_reduces_per_forward
     tp_s = reduces * 2 * (t - 1) / t * n * h * BYTES / (tp_link.effective_gbps * 1e9)
     fsdp_s = 0.0
     if fsdp and world > 1:
-        fsdp_link = _link_for(world, gpus_per_node, g)
-        gather = p_block / layers * BYTES * (world - 1) / world / (fsdp_link.effective_gbps * 1e9)
-        layer_compute = (linear_s + attn_s) / layers
+        gather = (model.block_params / layers * BYTES * (world - 1) / world
+                  / (world_link.effective_gbps * 1e9))
+        layer_compute = (compute.linear + compute.attention) / layers
         fsdp_s = layers * max(0.0, gather - layer_compute)
-    forwards = m.cfg_forwards // c
-    per_forward = {"linear": linear_s, "attention": attn_s, "ring_merge": merge_s,
-                   "ulysses": uly_s, "ring_exposed": ring_s, "tp_allreduce": tp_s,
-                   "fsdp_exposed": fsdp_s, "elementwise": elem_s}
-    latent = tok.latent_frames * tok.latent_height * tok.latent_width * m.latent_channels
-    cfg_s = (latent * BYTES / (_link_for(world, gpus_per_node, g).effective_gbps * 1e9)
-             if c == 2 else 0.0)
-    step_s = forwards * sum(per_forward.values()) + cfg_s
-    prompts = 2 if m.cfg_forwards == 2 else 1
-    once = fixed_seconds(m.id, tok, g.id, matmul, prompts)
-    fixed = once["seconds"]
-    # memory per GPU
-    (dit_b, _, _), dtype_source = released_bytes(m.id) if released else ((BYTES,) * 3, None)
-    weights = m.params_b * 1e9 * dit_b
+    latent = tok.latent_frames * tok.latent_height * tok.latent_width * model.latent_channels
+    cfg_s = latent * BYTES / (world_link.effective_gbps * 1e9) if c == 2 else 0.0
+    links = {"ulysses": uly_link.id if u > 1 else None, "ring": ring_link.id if r > 1 else None,
+             "tp": tp_link.id if t > 1 else None, "cfg": world_link.id if c == 2 else None,
+             "fsdp": world_link.id if fsdp and world > 1 else None}
+    return Communication(ulysses=uly_s, ring_exposed=ring_s, tp_allreduce=tp_s,
+                         fsdp_exposed=fsdp_s, cfg_exchange=cfg_s, links=links,
+                         tp_all_reduces_per_forward=reduces if t > 1 else 0)
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Bytes on one GPU: the denoising loop's parts (weights, activations, the ring's and the
+    all-to-all's buffers), the rest of the pipeline, and the phases they add up to
+    (`cpcourse.planner.pipeline_memory`)."""
+
+    weights: int
+    activations: int
+    ring_buffers: int
+    all_to_all_buffers: int
+    text_encoder: float
+    vae: float
+    vae_decode: float
+    phases: dict
+    phase_parts: dict
+    counted: dict
+    released_dtypes: str | None
+
+    @property
+    def per_gpu(self) -> float:
+        """The largest phase on the busiest GPU."""
+        return max(self.phases.values())
+
+    def parts(self) -> dict:
+        """Bytes by part: `breakdown.memory_bytes` of `cost`."""
+        return {"weights": self.weights, "activations": self.activations,
+                "ring_buffers": self.ring_buffers, "all_to_all_buffers": self.all_to_all_buffers,
+                "text_encoder": self.text_encoder, "vae": self.vae, "vae_decode": self.vae_decode}
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
+                 residency: Residency) -> Memory:
+    """Bytes per GPU, part by part and phase by phase (see the module docstring)."""
+    r, u, t, world = layout.ring, layout.ulysses, layout.tp, layout.world
+    n = _tokens_per_rank(tok, layout)
+    h, layers = model.hidden, model.layers
+    (dit_b, _, _), dtype_source = released_bytes(model) if released else ((BYTES,) * 3, None)
+    weights = model.params_b * 1e9 * dit_b
     # FSDP gathers one layer at a time in the compute dtype (bf16)
-    weights_gpu = weights / world + p_block / layers * BYTES if fsdp and world > 1 else weights / t
-    acts = n * (3 * h + (3 * h + m.ffn) / t) * BYTES
+    sharded = fsdp and world > 1
+    weights_gpu = (weights / world + model.block_params / layers * BYTES if sharded
+                   else weights / t)
+    acts = n * (3 * h + (3 * h + model.ffn) / t) * BYTES
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
-    pipe = phases(m.id, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
-                  shards=world if fsdp and world > 1 else 1, released=released,
-                  residency=residency)
-    memory = {"weights": int(weights_gpu), "activations": int(acts), "ring_buffers": int(ring_buf),
-              "all_to_all_buffers": int(a2a_buf), "text_encoder": pipe["text_encoder"],
-              "vae": pipe["vae"], "vae_decode": pipe["vae_decode"]}
-    per_gpu = max(pipe["phases"].values())
+    pipe = phases(model, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
+                  shards=world if sharded else 1, released=released, residency=residency)
+    return Memory(weights=int(weights_gpu), activations=int(acts), ring_buffers=int(ring_buf),
+                  all_to_all_buffers=int(a2a_buf), text_encoder=pipe["text_encoder"],
+                  vae=pipe["vae"], vae_decode=pipe["vae_decode"], phases=pipe["phases"],
+                  phase_parts=pipe["parts"], counted=pipe["counted"],
+                  released_dtypes=dtype_source)
+
+
+def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
+         kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
+         residency: Residency = RESIDENT) -> dict:
+    """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`): its
+    compute, communication and memory (see above), composed."""
+    model, gpu = as_preset(model), get_gpu(gpu_id)
+    comp = compute_seconds(model, tok, gpu, layout, kernel)
+    comm = comm_seconds(model, tok, gpu, layout, gpus_per_node, comp, fsdp)
+    mem = memory_bytes(model, tok, layout, fsdp, released, residency)
+    forwards = model.cfg_forwards // layout.cfg
+    per_forward = {"linear": comp.linear, "attention": comp.attention,
+                   "ring_merge": comp.ring_merge, "ulysses": comm.ulysses,
+                   "ring_exposed": comm.ring_exposed, "tp_allreduce": comm.tp_allreduce,
+                   "fsdp_exposed": comm.fsdp_exposed, "elementwise": comp.elementwise}
+    step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
+    prompts = 2 if model.cfg_forwards == 2 else 1
+    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts)
+    fixed = once["seconds"]
     return {
-        "layout": layout.as_dict(), "tokens_per_rank": n, "kernel": kernel,
-        "kernel_efficiency": eff, "kernel_source": eff_source,
-        "links": {"ulysses": uly_link.id if u > 1 else None,
-                  "ring": ring_link.id if r > 1 else None, "tp": tp_link.id if t > 1 else None,
-                  "cfg": _link_for(world, gpus_per_node, g).id if c == 2 else None,
-                  "fsdp": _link_for(world, gpus_per_node, g).id if fsdp and world > 1 else None},
+        "layout": layout.as_dict(), "tokens_per_rank": _tokens_per_rank(tok, layout),
+        "kernel": kernel, "kernel_efficiency": comp.kernel_efficiency,
+        "kernel_source": comp.kernel_source, "links": comm.links,
         "forwards_per_step": forwards, "seconds_per_step": step_s,
         "seconds_fixed": sum(fixed.values()), "seconds_total": steps * step_s + sum(fixed.values()),
-        "per_gpu_bytes": int(per_gpu), "fits": per_gpu <= g.hbm_bytes,
-        "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": cfg_s,
-                      "fixed_seconds": fixed, "memory_bytes": memory,
-                      "memory_phases": pipe["phases"], "memory_phase_parts": pipe["parts"],
-                      "memory_counted": pipe["counted"], "released_dtypes": dtype_source,
+        "per_gpu_bytes": int(mem.per_gpu), "fits": mem.per_gpu <= gpu.hbm_bytes,
+        "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": comm.cfg_exchange,
+                      "fixed_seconds": fixed, "memory_bytes": mem.parts(),
+                      "memory_phases": mem.phases, "memory_phase_parts": mem.phase_parts,
+                      "memory_counted": mem.counted, "released_dtypes": mem.released_dtypes,
                       "residency": {"offload": residency.offload,
                                     "text_encoder_cpu": residency.text_encoder_cpu},
-                      "tp_all_reduces_per_forward": reduces if t > 1 else 0,
-                      "linear_derived": bool(derived), "elementwise_counted": bool(derived),
+                      "tp_all_reduces_per_forward": comm.tp_all_reduces_per_forward,
+                      "linear_derived": comp.derived, "elementwise_counted": comp.derived,
                       "vae_counted": once["vae_flops"] is not None,
                       "vae_decode_flops": once["vae_flops"], "vae_share_of_peak": once["vae_share"],
                       "vae_share_source": once["vae_source"], "text_encoder": once["text_encoder"]},

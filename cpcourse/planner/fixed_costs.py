@@ -33,26 +33,18 @@ import statistics
 
 from cpcourse.planner.facts import vae_flops_table, vae_measurements
 from cpcourse.planner.hardware import get_gpu
-
-# Text encoders (parameters, source). Their FLOPs are milliseconds; they matter for memory.
-TEXT_ENCODERS = {
-    "wan": (5.7e9, "umT5-XXL encoder: Wan2.1 wan/modules/t5.py umt5_xxl (dim 4096, ffn 10240, 24 "
-                   "layers, vocab 256,384)"),
-    "hunyuanvideo": (8.15e9, "llava-llama-3-8B (8.03B) + CLIP-L text (0.12B): HunyuanVideo "
-                             "README, ckpts/"),
-    "cogvideox": (4.76e9, "T5-XXL encoder (google/t5-v1_1-xxl encoder): CogVideoX pipeline"),
-}
-VAE_FAMILY = {"wan2.1": "wan2.1", "wan2.2-t2v": "wan2.1", "hunyuanvideo": "hunyuanvideo",
-              "cogvideox": "cogvideox", "mochi": "mochi", "ltx-video": "ltx-video"}
+from cpcourse.planner.tokens import ModelPreset, as_preset, model_tokens
 
 
-def vae_family(model_id: str) -> str | None:
-    return next((f for prefix, f in VAE_FAMILY.items() if model_id.startswith(prefix)), None)
+def vae_family(model: ModelPreset | str) -> str | None:
+    """The VAE the decode tables know `model`'s by (the facts sheet's `vae_family`)."""
+    return as_preset(model).vae_family
 
 
-def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> float | None:
+def vae_decode_flops(model: ModelPreset | str, latent_frames: int,
+                     latent_pixels: int) -> float | None:
     """FLOPs of decoding the whole latent video, None when the model's VAE is not counted."""
-    family = vae_family(model_id)
+    family = vae_family(model)
     if family is None:
         return None
     per = vae_flops_table()[family]["flops_per_latent_pixel"]
@@ -64,16 +56,14 @@ def vae_decode_flops(model_id: str, latent_frames: int, latent_pixels: int) -> f
 
 def measured_share(m: dict) -> float:
     """The share of its GPU's bf16 peak that one measured decode reached."""
-    from cpcourse.planner.tokens import model_tokens
-
     tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
     flops = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)
     return flops / (m["seconds"] * get_gpu(m["gpu"]).bf16_tflops * 1e12)
 
 
-def vae_share(model_id: str, gpu_id: str) -> tuple[float, str]:
+def vae_share(model: ModelPreset | str, gpu_id: str) -> tuple[float, str]:
     """(share of bf16 peak, where it comes from) for this model's VAE decode on this GPU."""
-    g, fam = get_gpu(gpu_id), vae_family(model_id)
+    g, fam = get_gpu(gpu_id), vae_family(model)
     rows = [(m, get_gpu(m["gpu"]), measured_share(m)) for m in vae_measurements()]
     rows_arch = [r for r in rows if r[0]["stands_for"] == "arch"]
     # a GPU with a measurement of its own that stands for it alone takes no architecture's share
@@ -96,12 +86,14 @@ def vae_share(model_id: str, gpu_id: str) -> tuple[float, str]:
                    "data/vae_decode_measured.json that stand for their architecture")
 
 
-def fixed_seconds(model_id: str, tok, gpu_id: str, matmul_rate: float, prompts: int) -> dict:
+def fixed_seconds(model: ModelPreset | str, tok, gpu_id: str, matmul_rate: float,
+                  prompts: int) -> dict:
     """Seconds once per video ({'vae_decode', 'text_encoder'}) and where the VAE rate is from."""
     g = get_gpu(gpu_id)
-    vae = vae_decode_flops(model_id, tok.latent_frames, tok.latent_height * tok.latent_width)
-    share, source = vae_share(model_id, g.id) if vae is not None else (None, None)
-    enc = next((TEXT_ENCODERS[k] for k in TEXT_ENCODERS if model_id.startswith(k)), None)
+    model = as_preset(model)
+    vae = vae_decode_flops(model, tok.latent_frames, tok.latent_height * tok.latent_width)
+    share, source = vae_share(model, g.id) if vae is not None else (None, None)
+    enc = model.text_encoder
     seconds = {"vae_decode": vae / (g.bf16_tflops * 1e12 * share) if vae else 0.0,
                "text_encoder": (2 * enc[0] * tok.text_tokens * prompts / matmul_rate)
                if enc else 0.0}

@@ -18,7 +18,8 @@ What stays on the GPU through the phases is how the pipeline is run (`Residency`
 Under FSDP the text encoder's weights are sharded over the GPUs as the transformer's are (Wan's
 README runs --dit_fsdp with --t5_fsdp).
 Bytes per parameter: bf16 everywhere by default; `released=True` takes the released code's own
-(`RELEASED`: Wan keeps its transformer in float32 and autocasts to bf16, and decodes in float32).
+(the facts sheet's `released_bytes_per_param`, with its source: Wan keeps its transformer in
+float32 and autocasts to bf16, and decodes in float32).
 The decode's working set is derived from diffusers' VAE classes in the dtype and tiling each
 released code decodes with (tools/derive_vae_memory.py -> data/vae_memory_table.json) and
 scaled to the dtype asked for. A model whose text encoder or VAE the course has no size for
@@ -31,18 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpcourse.planner.facts import vae_memory_table
-from cpcourse.planner.fixed_costs import TEXT_ENCODERS, vae_family
+from cpcourse.planner.fixed_costs import vae_family
+from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
 
 BF16 = nbytes("bf16")
-# bytes per parameter (transformer, text encoder, VAE) in each model's released code
-RELEASED = {
-    "wan2.1": ((4, 2, 4), "Wan2.1: WanModel.from_pretrained keeps the float32 checkpoint (bf16 "
-                          "only under amp.autocast, wan/text2video.py); T5 in t5_dtype bfloat16 "
-                          "(wan/configs); WanVAE(dtype=torch.float)"),
-    "hunyuanvideo": ((2, 2, 2), "HunyuanVideo hyvideo/config.py: --precision bf16, "
-                                "--text-encoder-precision fp16, --vae-precision fp16"),
-}
 
 
 @dataclass(frozen=True)
@@ -55,26 +49,27 @@ class Residency:
 RESIDENT = Residency()  # everything stays on the GPU
 
 
-def released_bytes(model_id: str) -> tuple[tuple[int, int, int], str | None]:
+def released_bytes(model: ModelPreset | str) -> tuple[tuple[int, int, int], str | None]:
     """((transformer, text encoder, VAE) bytes per parameter, source) of the released code;
     bf16 with no source for a model whose code the course has not read."""
-    key = next((k for k in RELEASED if model_id.startswith(k)), None)
-    return RELEASED[key] if key else ((BF16, BF16, BF16), None)
+    return as_preset(model).released_dtypes or ((BF16, BF16, BF16), None)
 
 
-def text_encoder_params(model_id: str) -> float:
-    return next((p for k, (p, _) in TEXT_ENCODERS.items() if model_id.startswith(k)), 0.0)
+def text_encoder_params(model: ModelPreset | str) -> float:
+    """The text encoder's parameters (the facts sheet's `text_encoder_params`), 0 if unknown."""
+    enc = as_preset(model).text_encoder
+    return enc[0] if enc else 0.0
 
 
-def vae_params(model_id: str) -> int:
-    fam = vae_family(model_id)
+def vae_params(model: ModelPreset | str) -> int:
+    fam = vae_family(model)
     return vae_memory_table()[fam]["params"] if fam in vae_memory_table() else 0
 
 
-def decode_working_bytes(model_id: str, tok, elem_bytes: int) -> float | None:
+def decode_working_bytes(model: ModelPreset | str, tok, elem_bytes: int) -> float | None:
     """Peak bytes a decode of `tok`'s latent video holds beyond the VAE's weights, in
     `elem_bytes`-byte elements; None when the model's VAE was not derived."""
-    fam = vae_family(model_id)
+    fam = vae_family(model)
     if fam not in vae_memory_table():
         return None
     v = vae_memory_table()[fam]
@@ -84,15 +79,16 @@ def decode_working_bytes(model_id: str, tok, elem_bytes: int) -> float | None:
     return derived * elem_bytes / nbytes(v["dtype"])
 
 
-def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
+def phases(model: ModelPreset | str, tok, *, transformer: float, loop: float, shards: int,
            released: bool, residency: Residency) -> dict:
     """Bytes on the busiest GPU per phase, and the parts: `transformer` is its weights on one
     GPU (already at the dtype and sharding asked for), `loop` the denoising loop's
     activations and buffers, `shards` how many GPUs share the text encoder (FSDP) or 1."""
-    (_, te_b, vae_b), _ = released_bytes(model_id) if released else ((BF16,) * 3, None)
-    te = 0.0 if residency.text_encoder_cpu else text_encoder_params(model_id) * te_b / shards
-    vae = vae_params(model_id) * vae_b
-    derived = decode_working_bytes(model_id, tok, vae_b)
+    model = as_preset(model)
+    (_, te_b, vae_b), _ = released_bytes(model) if released else ((BF16,) * 3, None)
+    te = 0.0 if residency.text_encoder_cpu else text_encoder_params(model) * te_b / shards
+    vae = vae_params(model) * vae_b
+    derived = decode_working_bytes(model, tok, vae_b)
     work = derived or 0.0
     stays = 0.0 if residency.offload else te  # the text encoder, through the later phases
     parts = {"encode": {"weights": transformer, "text_encoder": te, "vae": vae},
@@ -103,6 +99,6 @@ def phases(model_id: str, tok, *, transformer: float, loop: float, shards: int,
     return {"phases": {k: int(sum(v.values())) for k, v in parts.items()},
             "parts": {k: {n: int(b) for n, b in v.items() if b} for k, v in parts.items()},
             "text_encoder": int(te), "vae": int(vae), "vae_decode": int(work),
-            "counted": {"text_encoder": text_encoder_params(model_id) > 0,
-                        "vae": vae_params(model_id) > 0,
+            "counted": {"text_encoder": text_encoder_params(model) > 0,
+                        "vae": vae_params(model) > 0,
                         "vae_decode": derived is not None}}

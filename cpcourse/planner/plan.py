@@ -14,11 +14,13 @@ runs nearest to a plan, which the command line prints with every answer.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from cpcourse.planner.costs import MAX_GPUS
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
-from cpcourse.planner.tokens import get_model, model_tokens
+from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import Layout, layouts
 
@@ -31,9 +33,9 @@ def auto_kernel(gpu_id: str) -> str:
     return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
 
 
-def validity(model_id: str, tok, layout: Layout) -> str | None:
+def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
     """Why the model cannot run this layout, or None."""
-    m = get_model(model_id)
+    m = as_preset(model)
     if layout.cfg == 2 and m.cfg_forwards == 1:
         return f"{m.name} is guidance-distilled (one forward per step): there is no CFG pair"
     if m.heads % (layout.ulysses * layout.tp):
@@ -42,44 +44,75 @@ def validity(model_id: str, tok, layout: Layout) -> str | None:
     sp = layout.cp
     if sp > tok.sequence_length:
         return f"{sp} CP ranks for {tok.sequence_length} tokens"
-    if model_id.startswith("hunyuanvideo") and sp > 1:
+    rule, src = m.split_rule or (None, None)
+    if rule == "latent height or else width" and sp > 1:
         rows, cols = tok.latent_height // 2, tok.latent_width // 2
         if rows % sp and cols % sp:
-            return (f"HunyuanVideo splits the latent height ({rows} token rows) or else the width "
-                    f"({cols} columns) over its {sp} sequence-parallel ranks: neither divides "
-                    "(hyvideo/inference.py)")
+            return (f"{m.name.split()[0]} splits the latent height ({rows} token rows) or else "
+                    f"the width ({cols} columns) over its {sp} sequence-parallel ranks: neither "
+                    f"divides ({src})")
     return None
 
 
-def _legacy(c: dict) -> dict:
-    """The keys the first planner returned, kept for its callers."""
-    lay = c["layout"]
-    per = c["breakdown"]["per_forward_seconds"]
-    layers = c["layers"]
-    return {"cfg_parallel": lay["cfg"], "tp": lay["tp"], "cp": lay["ring"] * lay["ulysses"],
-            "ulysses": lay["ulysses"], "ring": lay["ring"], "ring_link": c["links"]["ring"],
-            "seconds_per_layer": {"attention": per["attention"] / layers,
-                                  "linear": per["linear"] / layers,
-                                  "ring_exposed": per["ring_exposed"] / layers,
-                                  "ulysses": per["ulysses"] / layers,
-                                  "tp": per["tp_allreduce"] / layers}}
-
-
-def cost_layout(model_id: str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
+def cost_layout(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
                 kernel: str, fsdp: bool, steps: int, released: bool = False,
                 residency: Residency = RESIDENT) -> dict:
     """One layout: valid, reason, and (when valid) its costs."""
-    reason = validity(model_id, tok, layout)
+    reason = validity(model, tok, layout)
     out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
     if reason is None:
-        c = cost(model_id, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
-                 released=released, residency=residency,
-                 steps=steps)
-        c["layers"] = get_model(model_id).layers
-        out.update(c)
-        out.update(_legacy(c))
-        out.pop("layers")
+        out.update(cost(model, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
+                        released=released, residency=residency, steps=steps))
     return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What `plan()` answers: the question it was asked (model, GPUs, steps, kernel, tokens, how
+    the pipeline holds memory), `best`, the chosen layout costed (`cost_layout`: layout, valid,
+    reason and `cpcourse.planner.deployment.cost`'s seconds and bytes), and `reasoning`, the
+    lines that explain it. When the planner searched (no layout given) it also names the `tie`
+    (layouts within 2%), the `runners_up` with why each lost, the `invalid` layouts with why,
+    and every valid layout costed (`alternatives`, fastest first); for a given layout these are
+    None. `as_dict()` is what `cpcourse plan --json` prints, and `plan[key]` reads that dict."""
+
+    model: str
+    gpu: str
+    gpus: int
+    nodes: int
+    steps: int
+    kernel: str
+    tokens: TokenCount
+    hbm_bytes: int
+    fsdp: bool
+    released: bool
+    best: dict
+    reasoning: list[str]
+    tie: list[dict] | None = None
+    runners_up: list[dict] | None = None
+    invalid: list[dict] | None = None
+    alternatives: list[dict] | None = None
+
+    @property
+    def layout(self) -> Layout:
+        return Layout(**self.best["layout"])
+
+    @property
+    def searched(self) -> bool:
+        """Whether the planner chose the layout (False: it costed the one it was given)."""
+        return self.tie is not None
+
+    def as_dict(self) -> dict:
+        head = {"model": self.model, "gpu": self.gpu, "gpus": self.gpus, "nodes": self.nodes,
+                "steps": self.steps, "kernel": self.kernel, "tokens": self.tokens.as_dict(),
+                "sequence_length": self.tokens.sequence_length, "hbm_bytes": self.hbm_bytes,
+                "fsdp": self.fsdp, "released": self.released}
+        search = {"tie": self.tie, "runners_up": self.runners_up, "invalid": self.invalid,
+                  "alternatives": self.alternatives} if self.searched else {}
+        return {**head, **self.best, **search, "reasoning": self.reasoning}
+
+    def __getitem__(self, key: str):
+        return self.as_dict()[key]
 
 
 def _why(best: dict, other: dict) -> str:
@@ -97,7 +130,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
          fsdp: bool = False, released: bool = False, offload: bool = False,
-         text_encoder_cpu: bool = False) -> dict:
+         text_encoder_cpu: bool = False) -> Plan:
     """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes
     (`cpcourse.planner.validation.track_record` says how far off such answers were). `released`,
     `offload` and `text_encoder_cpu` say how the pipeline holds its memory
@@ -118,10 +151,10 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     require(eff is not None, f"--kernel {kernel} has no published rate on {g.arch} GPUs like the "
             f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
     per_node = gpus // nodes
-    args = (model_id, tok, g.id)
+    args = (m, tok, g.id)
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
-            "kernel": kernel, "tokens": tok.as_dict(), "sequence_length": tok.sequence_length,
-            "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp), "released": bool(released)}
+            "kernel": kernel, "tokens": tok, "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp),
+            "released": bool(released)}
     how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
     if layout is not None:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
@@ -131,7 +164,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
         one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
                                                      _memory_line(one, g)]
-        return {**head, **one, "reasoning": why}
+        return Plan(**head, best=one, reasoning=why)
     every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
              for lay in layouts(gpus, None, cfg=m.cfg_forwards == 2)]
     valid = [c for c in every if c["valid"]]
@@ -145,11 +178,11 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
                 "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
     reasons = _reasons(m, tok, g, best, tie, pool is valid)
-    return {**head, **best, "tie": [c["layout"] for c in tie], "runners_up": runners,
-            "invalid": [{"layout": c["layout"], "reason": c["reason"]} for c in every
-                        if not c["valid"]],
-            "alternatives": sorted(valid, key=lambda c: c["seconds_total"]),
-            "reasoning": reasons}
+    return Plan(**head, best=best, reasoning=reasons, tie=[c["layout"] for c in tie],
+                runners_up=runners,
+                invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
+                         if not c["valid"]],
+                alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
 
 
 def _memory_line(c: dict, g) -> str:

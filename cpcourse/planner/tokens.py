@@ -16,7 +16,7 @@ import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 
-from cpcourse.planner.facts import facts
+from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
 
 
@@ -119,26 +119,69 @@ class ModelPreset:
     default_fps: float | None
     rule: FrameRule
     src: str
+    # what the planner's modules need of the model, resolved once from the facts sheet:
+    block_params: float  # parameters of the blocks one token meets (see `_block_params`)
+    vae_family: str | None  # the VAE the decode tables know it by; None: not counted
+    text_encoder: tuple[float, str] | None  # (parameters, source); None: not counted
+    released_dtypes: tuple[tuple[int, int, int], str] | None  # bytes per parameter of
+    # (transformer, text encoder, VAE) in the released code, and the source; None: not read
+    tp_all_reduces_per_forward: int  # TP all-reduces in one forward, as the blocks have them
+    tp_all_reduces_src: str | None  # where the blocks are not all alike, the facts sheet's count
+    split_rule: tuple[str, str] | None  # (rule, source): how the released code splits the
+    # sequence, where that constrains the layout
 
     @property
     def factored(self) -> bool:
         return self.attention.upper().startswith("FACTORED")
 
 
+def _block_params(m: dict, hidden: int, layers: int, cross: bool) -> float:
+    """The parameters of the blocks one token meets (one expert of an MoE; a cross-attention's
+    K/V weights included, though they meet the text): where tools/derive_dit_costs.py counted
+    the model on diffusers' own module, its matmul FLOPs per token / 2 plus those K/V weights;
+    else the facts sheet's estimate, which counts every block parameter (HunyuanVideo: 12.46 B
+    where a token meets 6.79 B: the modulation linears act on the timestep, the text stream's
+    weights on the text)."""
+    derived = dit_derived_costs().get(m["id"])
+    if derived:
+        return derived["matmul_flops_per_token"] / 2 + (2 * hidden ** 2 * layers if cross else 0)
+    return float(m.get("est_block_params_B") or m["params_B"]) * 1e9
+
+
+def _pipeline_facts(m: dict, layers: int, text_joint: bool) -> dict:
+    """The facts sheet's fields on the rest of the pipeline and on how the code splits work."""
+    enc, rel = m.get("text_encoder_params"), m.get("released_bytes_per_param")
+    reduces, split = m.get("tp_all_reduces_per_forward"), m.get("sequence_split")
+    return {
+        "vae_family": m.get("vae_family"),
+        "text_encoder": (enc["params"], enc["src"]) if enc else None,
+        "released_dtypes": ((rel["transformer"], rel["text_encoder"], rel["vae"]), rel["src"])
+        if rel else None,
+        # a joint-attention block all-reduces twice (attention, MLP), a cross-attention one thrice
+        "tp_all_reduces_per_forward": reduces["count"] if reduces
+        else layers * (2 if text_joint else 3),
+        "tp_all_reduces_src": reduces["src"] if reduces else None,
+        "split_rule": (split["rule"], split["src"]) if split else None,
+    }
+
+
 def _preset(m: dict) -> ModelPreset:
     cfg = m["cfg"].lower()
     distilled = cfg.startswith("guidance-distilled") or "cfg 1.0" in cfg
     d = m["default"]
+    text_tokens, text_joint = m.get("text_tokens") or 0, bool(m["text_joint"])
+    cross = not text_joint and bool(text_tokens)
     return ModelPreset(
         id=m["id"], name=m["name"], params_b=float(m["params_B"]),
         vae_temporal=m["vae"]["t"], vae_spatial=m["vae"]["s"], latent_channels=m["vae"]["ch"],
         patch=(m["patch"]["t"], m["patch"]["h"], m["patch"]["w"]),
         hidden=m["hidden"], heads=m["heads"], head_dim=m["head_dim"], layers=m["layers"],
-        ffn=m.get("ffn") or 4 * m["hidden"], text_tokens=m.get("text_tokens") or 0,
-        text_joint=bool(m["text_joint"]), cfg_forwards=1 if distilled else 2,
-        attention=m["attention"], parallel=m["parallel"],
+        ffn=m.get("ffn") or 4 * m["hidden"], text_tokens=text_tokens, text_joint=text_joint,
+        cfg_forwards=1 if distilled else 2, attention=m["attention"], parallel=m["parallel"],
         default_height=d["H"], default_width=d["W"], default_frames=d["F"],
         default_fps=d.get("fps"), rule=_rule_from_preset(m), src=m["src"],
+        block_params=_block_params(m, m["hidden"], m["layers"], cross),
+        **_pipeline_facts(m, m["layers"], text_joint),
     )
 
 
@@ -156,6 +199,12 @@ def get_model(model_id: str) -> ModelPreset:
         raise InputError(f"unknown model {model_id!r}: use one of "
                          f"{', '.join(close or table)} (see `cpcourse tokens --list`)")
     return table[model_id]
+
+
+def as_preset(model: ModelPreset | str) -> ModelPreset:
+    """`model` itself, or the preset of the id `model`: the planner resolves an id once, at its
+    edge, and hands the preset down."""
+    return model if isinstance(model, ModelPreset) else get_model(model)
 
 
 def frames_for_clip(fps: float, seconds: float, rule: FrameRule) -> int:

@@ -60,7 +60,7 @@ def _predict(runs: list[dict]) -> dict:
         p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
                  steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
                  released=how["released"], offload=how["offload"],
-                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"]))
+                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"])).best
         peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
         rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
                      "gpus": r["gpus"], "layout": r["layout"],

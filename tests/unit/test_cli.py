@@ -52,7 +52,8 @@ def test_model_fills_dimensions(capsys):
     assert d["tokens_per_rank"] == 7040 and d["heads"] == 32
     d = json.loads(run(capsys, "plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "8",
                        "--json")[1])
-    assert d["cfg_parallel"] * d["tp"] * d["cp"] == 8 and d["reasoning"]
+    lay = d["layout"]
+    assert lay["cfg"] * lay["tp"] * lay["ring"] * lay["ulysses"] == 8 and d["reasoning"]
     assert d["track_record"]["runs"] == 0  # nothing published for Cosmos: said, not hidden
     text = run(capsys, "plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "8")[1]
     assert "no published run of this model" in text

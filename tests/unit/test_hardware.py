@@ -135,7 +135,7 @@ def test_planner_and_costs_run_on_every_new_gpu(gpu):
     g = hardware.get_gpu(gpu)
     p = plan("wan2.1-t2v-1.3b", gpus=4, gpu=gpu)
     assert p["gpu"] == g.id and p["seconds_per_step"] > 0
-    assert p["ring_link"] in (None, g.intra_link)
+    assert p["links"]["ring"] in (None, g.intra_link)
     c = costs.comm(32_760, 4, 12, 128, link=g.intra_link, gpu=gpu)
     assert c["compute_seconds_per_step"] > 0
     assert tp_across_nodes(gpu=gpu)["intra"] == g.intra_link

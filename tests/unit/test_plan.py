@@ -8,20 +8,21 @@ from cpcourse.support.errors import InputError
 
 def test_cosmos_on_two_nodes_spans_them_with_cfg_not_tp():
     p = plan("cosmos-1.0-diffusion-7b", gpus=16, nodes=2)
-    assert p["cfg_parallel"] == 2 and p["tp"] == 1 and p["cp"] == 8
-    assert p["ring_link"] in (None, "nvlink4") and p["fits"]
+    assert p.layout.cfg == 2 and p.layout.tp == 1 and p.layout.cp == 8
+    assert p["links"]["ring"] in (None, "nvlink4") and p["fits"]
 
 
 def test_guidance_distilled_model_gets_no_cfg_parallel():
     p = plan("hunyuanvideo-13b", gpus=8)
-    assert p["cfg_parallel"] == 1 and p["cp"] * p["tp"] == 8
+    assert p.layout.cfg == 1 and p.layout.cp * p.layout.tp == 8
 
 
 def test_every_alternative_respects_head_divisibility():
     p = plan("wan2.1-t2v-1.3b", gpus=8)
-    for alt in p["alternatives"]:
-        assert 12 % (alt["ulysses"] * alt["tp"]) == 0
-        assert alt["cfg_parallel"] * alt["tp"] * alt["cp"] == 8
+    for alt in p.alternatives:
+        lay = alt["layout"]
+        assert 12 % (lay["ulysses"] * lay["tp"]) == 0
+        assert lay["cfg"] * lay["tp"] * lay["ring"] * lay["ulysses"] == 8
 
 
 def test_more_gpus_shrink_the_loop_not_the_replicated_pipeline():
