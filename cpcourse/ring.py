@@ -16,66 +16,32 @@ Modes (all give the same result up to rounding):
     "blocking"  compute, then exchange: the communication time adds up in full
     "allgather" all-gather every K/V shard up front (padded to the longest shard), then one
                 attention call over the whole sequence: Llama 3's choice, P x the K/V memory
-Before any transfer the ranks all-gather their shapes and dtypes (`cpcourse.support.groups.agree`),
-so inputs that disagree raise the same InputError on every rank instead of hanging. While shapes
-stay the same from call to call, the ring skips that all-gather and flags changes in its own
-messages instead (see `ring_attention`).
+Before any transfer the ranks agree on their shapes and dtypes (`cpcourse.support.agreement`), so
+inputs that disagree raise the same InputError on every rank instead of hanging. While shapes stay
+the same from call to call, the ring skips that all-gather and flags changes in its own messages
+instead. `RingComm` holds one rank's side of the ring (peers, buffers, the exchange in flight), so
+that `_ring` is the lesson's loop and nothing else; per-step records come from
+`cpcourse.support.recorder`, a no-op unless `stats` is passed.
 """
 
 from __future__ import annotations
-
-import time
-import weakref
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from cpcourse.attention import _scale, accumulator_dtype, attention_with_lse
+from cpcourse.support.agreement import Agreement, agree_kv_lens, remembered
 from cpcourse.support.errors import require
 from cpcourse.support.groups import (
-    agree,
     all_gather_single,
     forward_only,
     global_rank,
     require_group,
     tracked,
 )
+from cpcourse.support.recorder import NO_RECORDER, NoRecorder, recorder
 
 MODES = ("overlap", "blocking", "allgather")
-
-
-def _check(q, k, v, shapes: dict, mode: str) -> list[int]:
-    """Checks that give the same answer on every rank (after `agree`); returns K/V lengths.
-    (`ring_attention` has checked `mode` before any transfer.)"""
-    require(q.dim() == 4, f"q, k, v must be [B, H, L, D] shards, got q of shape {tuple(q.shape)}")
-    require(k.dtype == q.dtype and v.dtype == q.dtype and q.dtype.is_floating_point,
-            f"q, k, v must share one floating dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    require(q.shape[:2] == k.shape[:2] and q.shape[3] == k.shape[3],
-            f"q and k must share B, H and D: got {tuple(q.shape)} and {tuple(k.shape)}")
-    kv_lens = [s[2] for s in shapes["k"]]
-    require(kv_lens == [s[2] for s in shapes["v"]] and k.shape[3] == v.shape[3],
-            f"k and v must have the same shape on every rank: k lengths {kv_lens}, v lengths "
-            f"{[s[2] for s in shapes['v']]}, head dims {k.shape[3]} and {v.shape[3]}")
-    return kv_lens
-
-
-def _check_known(q, k, v, lens, rank: int, world: int, mode: str) -> list[int]:
-    """The same checks as after `agree`, when the caller passed every rank's K/V lengths."""
-    require(isinstance(lens, (list, tuple)) and len(lens) == world and all(
-        isinstance(n, int) and n >= 0 for n in lens), f"lens must list {world} shard lengths "
-        f"(one per rank of the group), got {lens!r}")
-    require(k.dim() == 4 and v.dim() == 4 and k.shape[2] == v.shape[2] == lens[rank],
-            f"lens[{rank}] = {lens[rank]}, but this rank's k and v have shapes "
-            f"{tuple(k.shape)} and {tuple(v.shape)}")
-    shapes = {x: [tuple(t.shape[:2]) + (n, t.shape[3]) for n in lens]
-              for x, t in (("k", k), ("v", v))}
-    return _check(q, k, v, shapes, mode)
-
-
-def _sync(t: torch.Tensor) -> None:
-    if t.is_cuda:  # timings must include the queued kernels
-        torch.cuda.synchronize(t.device)
 
 
 def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
@@ -94,164 +60,155 @@ def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tenso
     lse.copy_(new)
 
 
-def _exchange(send, recv, dst: int, src: int, group, step: int) -> list:
-    """Start sending `send` to `dst` and receiving into `recv` from `src`; returns the requests.
+def _attend(q, kv, scale, out, lse):
+    """One ring step's compute: q over the K/V block `kv` `[2, B, H, L, D]`, folded into (out, lse).
 
-    Empty blocks are skipped on both sides (both know every shard length).
+    The block's own output is dropped on return, so a rank never holds two of them."""
+    o, l_ = attention_with_lse(q, kv[0], kv[1], scale=scale)
+    if out is None:
+        return o.to(accumulator_dtype(o.dtype)), l_
+    _fold(out, lse, o, l_)
+    return out, lse
+
+
+class RingComm:
+    """One rank's side of the ring: its peers, two K/V buffers used in turn, the hop in flight.
+
+    K and V travel packed `[2, B, H, L, D]` so each hop is one message. Step s receives into
+    buffer s % 2 while it computes on the other; the local block starts in buffer 1 and its send
+    completes before step 1 reuses it, so a rank holds two K/V blocks, never P of them.
+    `spec` is every block's (B, H, D, dtype). With `flagged`, each message carries one more
+    element: its owner's "my shapes changed" flag (`cpcourse.support.agreement`); every block
+    passes every rank, so after the last hop every rank has seen every flag.
     """
-    ops = []
-    if send.numel():
-        ops.append(dist.P2POp(dist.isend, send, dst, group))
-    if recv.numel():
-        ops.append(dist.P2POp(dist.irecv, recv, src, group))
-    if not ops:
-        return []
-    with tracked("batch_isend_irecv", group=group, ring_step=step, send_to=dst, recv_from=src):
-        return dist.batch_isend_irecv(ops)
+
+    def __init__(self, group, rank: int, world: int, kv_lens: list[int], spec: tuple,
+                 device, flagged: bool = False):
+        self.group, self.rank, self.world, self.kv_lens = group, rank, world, kv_lens
+        self.dst = global_rank(group, (rank + 1) % world)
+        self.src = global_rank(group, (rank - 1) % world)
+        b, h, d, dtype = spec
+        self.row, self.flagged = 2 * b * h * d, int(flagged)  # elements per token; flag slot
+        self.shape = (2, b, h, -1, d)
+        size = self.row * max(kv_lens) + self.flagged
+        self.bufs = [torch.empty(size, dtype=dtype, device=device) for _ in range(2)]
+        self.reqs, self.seen = [], None
+
+    def _view(self, buf: torch.Tensor, n: int):  # (K/V block, its message, its flag slot)
+        m = self.row * n
+        return buf[:m].view(self.shape), buf[:m + self.flagged], buf[m:m + self.flagged]
+
+    def load(self, k: torch.Tensor, v: torch.Tensor, stale: bool = False) -> torch.Tensor:
+        """Pack this rank's own K/V as the first block; a stale rank sends zeros, flagged."""
+        kv, self.msg, flag = self._view(self.bufs[1], self.kv_lens[self.rank])
+        if stale:  # its K/V may not even fit the agreed shape
+            kv.zero_()
+        else:
+            kv[0].copy_(k)
+            kv[1].copy_(v)
+        if self.flagged:
+            flag.fill_(float(stale))
+            self.seen = flag.to(torch.float32, copy=True)  # a copy: the buffer is reused
+        return kv
+
+    def next_block(self, step: int) -> torch.Tensor | None:
+        """The buffer for the block step + 1 computes on (rank - step - 1's); None at the end."""
+        if step == self.world - 1:
+            return None
+        n = self.kv_lens[(self.rank - step - 1) % self.world]
+        self.nxt, self.nmsg, self.nflag = self._view(self.bufs[step % 2], n)
+        return self.nxt
+
+    def exchange(self, step: int) -> None:
+        """Start sending the current block to rank + 1 and receiving the next from rank - 1.
+        Empty blocks are skipped on both sides (both know every shard length)."""
+        ops = [dist.P2POp(op, t, peer, self.group) for op, t, peer in (
+            (dist.isend, self.msg, self.dst), (dist.irecv, self.nmsg, self.src)) if t.numel()]
+        if ops:
+            with tracked("batch_isend_irecv", group=self.group, ring_step=step,
+                         send_to=self.dst, recv_from=self.src):
+                self.reqs = dist.batch_isend_irecv(ops)
+
+    def wait(self, step: int) -> None:
+        if self.reqs:
+            with tracked("wait for K/V block", ring_step=step, send_to=self.dst,
+                         recv_from=self.src):
+                for req in self.reqs:
+                    req.wait()
+        self.reqs = []
+
+    def advance(self) -> torch.Tensor:
+        """The received block becomes the current one (its flag read before it is reused)."""
+        if self.flagged:
+            self.seen += self.nflag.float()
+        self.msg = self.nmsg
+        return self.nxt
+
+    def flag_raised(self) -> bool:
+        return bool(self.seen.item()) if self.flagged else False
 
 
-def _wait(reqs: list, step: int, dst: int, src: int) -> None:
-    if reqs:
-        with tracked("wait for K/V block", ring_step=step, send_to=dst, recv_from=src):
-            for req in reqs:
-                req.wait()
-
-
-def _ring(q, k, v, kv_lens, rank, world, group, scale, overlap: bool, stats, stale=None,
-          spec=None):
-    """The ring proper: P steps, K and V packed `[2, B, H, L, D]` so each hop is one message.
-
-    Returns (out, clean). With `stale` None the shapes were agreed just now: clean is True.
-    Otherwise the call runs on the group's last agreement (`spec` = its B, H, D and dtype) and
-    every message carries one more element, its owner's flag "my shapes changed since then"
-    (`stale`). A stale rank sends zeros of the agreed size and computes nothing. Every block
-    passes every rank, so after the last hop every rank has seen every flag, and all of them
-    return clean = False together when any flag was up (the caller then agrees and reruns).
-    """
-    flagged = stale is not None
-    b, h, d, dtype = spec if flagged else (q.shape[0], q.shape[1], q.shape[3], k.dtype)
-    dst = global_rank(group, (rank + 1) % world)
-    src = global_rank(group, (rank - 1) % world)
-    # Two flat buffers used in turn: step s receives into bufs[s % 2] while it computes on the
-    # other. The local block starts in bufs[1]; its send is complete before step 1 reuses it.
-    # So a rank holds two K/V blocks, never P of them.
-    size = 2 * b * h * max(kv_lens) * d + flagged
-    bufs = [torch.empty(size, dtype=dtype, device=k.device) for _ in range(2)]
-
-    def view(buf, n):  # (K/V block, the message that carries it, its flag slot)
-        m = 2 * b * h * n * d
-        return buf[:m].view(2, b, h, n, d), buf[:m + flagged], buf[m:m + flagged]
-
-    cur, msg, flag = view(bufs[1], kv_lens[rank])
-    if stale:  # this rank's K/V may not even fit the agreed shape: send zeros, flagged
-        cur.zero_()
-    else:
-        cur[0].copy_(k)
-        cur[1].copy_(v)
-    if flagged:
-        flag.fill_(float(stale))
-        seen = flag.to(torch.float32, copy=True)  # a copy: the buffer is received into again
-    out = lse = None
-    for step in range(world):
-        block = (rank - step) % world  # whose K/V this rank holds now
-        t0 = time.perf_counter()
-        reqs, nxt = [], None
-        if step < world - 1:
-            nxt, nmsg, nflag = view(bufs[step % 2], kv_lens[(block - 1) % world])
-            if overlap:
-                reqs = _exchange(msg, nmsg, dst, src, group, step)
-        t1 = time.perf_counter()
+def _ring(q, k, v, comm: RingComm, scale, overlap: bool, rec: NoRecorder = NO_RECORDER,
+          stale: bool = False) -> torch.Tensor:
+    """Notebook 04's loop: P steps of attend, fold, pass. Returns out `[B, H, Lq_r, D]` (float32
+    for half inputs). With `overlap`, the next block is in flight while this one is computed;
+    else compute, then exchange. A `stale` rank (see RingComm) only passes blocks on."""
+    kv, out, lse = comm.load(k, v, stale), None, None
+    for step in range(comm.world):
+        rec.start()
+        nxt = comm.next_block(step)
+        if overlap and nxt is not None:
+            comm.exchange(step)
+        rec.comm_done()
         if not stale:
-            o, l_ = attention_with_lse(q, cur[0], cur[1], scale=scale)
-            if out is None:
-                out, lse = o.to(accumulator_dtype(o.dtype)), l_
-            else:
-                _fold(out, lse, o, l_)
-            del o, l_  # the block's output is folded in: do not hold it through the next step
-        if stats is not None:
-            _sync(cur)
-        t2 = time.perf_counter()
-        if nxt is not None and not overlap:
-            reqs = _exchange(msg, nmsg, dst, src, group, step)
-        _wait(reqs, step, dst, src)
-        if stats is not None and not stale:  # a stale rank's q may not even be 4-d
-            _sync(cur)
-            elem = cur.element_size()
-            stats.append({
-                "step": step, "rank": rank, "kv_block": block, "q_tokens": q.shape[2],
-                "kv_tokens": cur.shape[3], "compute_s": t2 - t1,
-                "comm_s": (t1 - t0) + (time.perf_counter() - t2),
-                "bytes_sent": cur.numel() * elem if nxt is not None else 0,
-                "bytes_recv": nxt.numel() * elem if nxt is not None else 0})
+            out, lse = _attend(q, kv, scale, out, lse)
+        rec.compute_done(kv)
+        if not overlap and nxt is not None:
+            comm.exchange(step)
+        comm.wait(step)
+        if not stale:  # a stale rank's q may not even be 4-d
+            sent = kv.numel() * kv.element_size() if nxt is not None else 0
+            rec.step(kv, step=step, kv_block=(comm.rank - step) % comm.world,
+                     q_tokens=q.shape[2], kv_tokens=kv.shape[3], bytes_sent=sent,
+                     bytes_recv=nxt.numel() * nxt.element_size() if nxt is not None else 0)
         if nxt is not None:
-            if flagged:
-                seen += nflag.float()  # read before step + 2 receives into this buffer again
-            cur, msg = nxt, nmsg
-    if not flagged:
-        return out, True
-    return out, not stale and not bool(seen.item())
-
-
-def _allgather(q, k, v, kv_lens, rank, world, group, scale, stats):
-    """All-gather K/V (padded to the longest shard: gloo cannot gather uneven sizes), one call."""
-    b, h, _, d = q.shape
-    longest = max(kv_lens)
-    t0 = time.perf_counter()
-    padded = k.new_zeros(2, b, h, longest, d)
-    padded[0, :, :, : k.shape[2]] = k
-    padded[1, :, :, : v.shape[2]] = v
-    gathered = k.new_empty(world, 2, b, h, longest, d)
-    with tracked("all_gather (K/V)", group=group):
-        all_gather_single(gathered, padded, group=group)
-    full = torch.cat([gathered[r, :, :, :, : kv_lens[r]] for r in range(world)], dim=3)
-    block_bytes = padded.numel() * padded.element_size()
-    del gathered, padded
-    if stats is not None:
-        _sync(q)
-    t1 = time.perf_counter()
-    out, _ = attention_with_lse(q, full[0], full[1], scale=scale)
-    if stats is not None:
-        _sync(q)
-        stats.append({"step": 0, "rank": rank, "kv_block": -1, "q_tokens": q.shape[2],
-                      "kv_tokens": full.shape[3], "compute_s": time.perf_counter() - t1,
-                      "comm_s": t1 - t0, "bytes_sent": (world - 1) * block_bytes,
-                      "bytes_recv": (world - 1) * block_bytes})
+            kv = comm.advance()
     return out
 
 
-@dataclass
-class _Agreement:
-    """A group's last shape agreement. Every field is the same on every rank of the group
-    except `sig` (this rank's own), because each is set only from what all ranks saw."""
-    sig: tuple          # this rank's q, k, v dtypes and shapes (q's length left out)
-    shapes: dict        # every rank's shapes, as `agree` returned them
-    kv_lens: list[int]
-    spec: tuple         # B, H, D and dtype of every K/V block
-    confirmed: bool     # the agreement before this one found the same shapes and dtype
+def _ring_remembered(last: Agreement, q, k, v, group, rank, world, scale, overlap, stats):
+    """The ring on the group's remembered agreement, flags in every message. Returns out, or
+    None when any rank's flag was up (the caller agrees again and reruns)."""
+    stale, mark, clean = last.changed(q, k, v), len(stats) if stats is not None else 0, False
+    comm = RingComm(group, rank, world, last.kv_lens, last.spec, k.device, flagged=True)
+    try:
+        out = _ring(q, k, v, comm, scale, overlap, recorder(stats, rank), stale)
+        clean = not stale and not comm.flag_raised()
+    finally:
+        if stats is not None and not clean:
+            del stats[mark:]  # a dropped or failed attempt leaves no steps behind
+    return out.to(q.dtype) if clean else None
 
 
-# group -> _Agreement. Weak keys: a destroyed group's entry (and its sockets) goes with it, and
-# a ProcessGroup hashes by identity, so a new group never finds an old group's agreement.
-_AGREED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-# So a group's first AGREED_CALLS ring calls of one shape agree (the second confirms the
-# first); later ones carry the flag. `cpcourse.tinydit.costs` counts the flag bytes from this.
-AGREED_CALLS = 2
-
-
-def _signature(q, k, v) -> tuple:
-    return (q.dtype, k.dtype, v.dtype, tuple(q.shape[:2]) + tuple(q.shape[3:]), q.dim(),
-            tuple(k.shape), tuple(v.shape))
-
-
-def _agree(q, k, v, group, mode: str) -> list[int]:
-    """Agree shapes with every rank (one all-gather), check them, remember the agreement."""
-    shapes = agree(group, q=q, k=k, v=v)
-    kv_lens = _check(q, k, v, shapes, mode)
-    key = group if group is not None else dist.group.WORLD
-    last, spec = _AGREED.get(key), (*k.shape[:2], k.shape[3], k.dtype)
-    _AGREED[key] = _Agreement(_signature(q, k, v), shapes, kv_lens, spec, confirmed=(
-        last is not None and last.shapes == shapes and last.spec == spec))
-    return kv_lens
+def _allgather(q, k, v, kv_lens, rank, world, group, scale, rec):
+    """All-gather K/V (padded to the longest shard: gloo cannot gather uneven sizes), one call."""
+    b, h, _, d = q.shape
+    rec.start()
+    padded = k.new_zeros(2, b, h, max(kv_lens), d)
+    padded[0, :, :, : k.shape[2]] = k
+    padded[1, :, :, : v.shape[2]] = v
+    gathered = k.new_empty(world, *padded.shape)
+    with tracked("all_gather (K/V)", group=group):
+        all_gather_single(gathered, padded, group=group)
+    full = torch.cat([gathered[r, :, :, :, : kv_lens[r]] for r in range(world)], dim=3)
+    moved = (world - 1) * padded.numel() * padded.element_size()
+    del gathered, padded
+    rec.comm_done(q)
+    out, _ = attention_with_lse(q, full[0], full[1], scale=scale)
+    rec.compute_done(q)
+    rec.step(q, step=0, kv_block=-1, q_tokens=q.shape[2], kv_tokens=full.shape[3],
+             bytes_sent=moved, bytes_recv=moved)
+    return out
 
 
 def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None,
@@ -283,34 +240,21 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
             f"{[type(t).__name__ for t in (q, k, v)]}")
     if scale is not None:  # before any transfer: a rank must not fail alone mid-ring
         scale = _scale(q, scale)
-    if lens is not None:  # the caller vouches for every rank's shard lengths
-        kv_lens = _check_known(q, k, v, lens, rank, world, mode)
-    elif world == 1:  # nothing to agree with
-        kv_lens = _check(q, k, v, {"k": [tuple(k.shape)], "v": [tuple(v.shape)]}, mode)
-    else:
-        last = _AGREED.get(group if group is not None else dist.group.WORLD)
-        if last is not None and last.confirmed and mode != "allgather":
-            mark, clean = len(stats) if stats is not None else 0, False
-            try:
-                out, clean = _ring(q, k, v, last.kv_lens, rank, world, group, scale,
-                                   mode == "overlap", stats,
-                                   stale=_signature(q, k, v) != last.sig, spec=last.spec)
-            finally:
-                if stats is not None and not clean:
-                    del stats[mark:]  # a dropped or failed attempt leaves no steps behind
-            if clean:
-                return out.to(q.dtype)
-        kv_lens = _agree(q, k, v, group, mode)
-    if world == 1 or mode == "allgather":
-        if world == 1:
-            t0 = time.perf_counter()
-            out, _ = attention_with_lse(q, k, v, scale=scale)
-            if stats is not None:
-                _sync(q)
-                stats.append({"step": 0, "rank": 0, "kv_block": 0, "q_tokens": q.shape[2],
-                              "kv_tokens": k.shape[2], "compute_s": time.perf_counter() - t0,
-                              "comm_s": 0.0, "bytes_sent": 0, "bytes_recv": 0})
+    last = remembered(group) if lens is None and world > 1 and mode != "allgather" else None
+    if last is not None:
+        out = _ring_remembered(last, q, k, v, group, rank, world, scale, mode == "overlap", stats)
+        if out is not None:
             return out
-        return _allgather(q, k, v, kv_lens, rank, world, group, scale, stats)
-    out, _ = _ring(q, k, v, kv_lens, rank, world, group, scale, mode == "overlap", stats)
-    return out.to(q.dtype)
+    kv_lens = agree_kv_lens(q, k, v, group, rank, world, lens)
+    rec = recorder(stats, rank)
+    if world == 1:
+        rec.start()
+        out, _ = attention_with_lse(q, k, v, scale=scale)
+        rec.compute_done(q)
+        rec.step(q, step=0, kv_block=0, q_tokens=q.shape[2], kv_tokens=k.shape[2],
+                 bytes_sent=0, bytes_recv=0, comm_s=0.0)
+        return out
+    if mode == "allgather":
+        return _allgather(q, k, v, kv_lens, rank, world, group, scale, rec)
+    comm = RingComm(group, rank, world, kv_lens, (*k.shape[:2], k.shape[3], k.dtype), k.device)
+    return _ring(q, k, v, comm, scale, mode == "overlap", rec).to(q.dtype)

@@ -30,7 +30,7 @@ The peak is the largest phase; it falls as 1/P because every term is per local t
 from __future__ import annotations
 
 from cpcourse.mesh import usp_elements
-from cpcourse.ring import AGREED_CALLS
+from cpcourse.support.agreement import AGREED_CALLS
 from cpcourse.support.errors import require
 from cpcourse.support.shards import shard_sizes
 

@@ -144,14 +144,15 @@ def _remembered_agreement(world: int) -> list[dict]:
     import torch.distributed as dist
 
     import cpcourse.ring as ring
+    import cpcourse.support.agreement as agreement
     from cpcourse.attention import reference_attention
     from cpcourse.support.errors import InputError
     from cpcourse.support.shards import shard
 
     rank = dist.get_rank()
     agreements = []
-    real = ring.agree
-    ring.agree = lambda *a, **kw: agreements.append(1) or real(*a, **kw)
+    real = agreement.agree
+    agreement.agree = lambda *a, **kw: agreements.append(1) or real(*a, **kw)
 
     def call(name, total, heads=2, d=8, dtype=torch.float32, alone=None, mode="overlap"):
         whole = [x.to(dtype).double() for x in _whole(1, heads, total, total, d, len(name))]
@@ -182,7 +183,7 @@ def _remembered_agreement(world: int) -> list[dict]:
     rows += [call(f"alternate{i}", (4, 7)[i % 2] * world + 1) for i in range(4)]
     rows += [call(f"few_tokens{i}", max(1, world - 1)) for i in range(3)]  # a rank holds none
     rows.append(call("bf16", 3 * world + 2, dtype=torch.bfloat16))
-    ring.agree = real
+    agreement.agree = real
     if world > 1:  # a bad scale with one rank changed alone: refused before any transfer
         q = torch.randn(1, 2, 4, 8)
         for mode in ("overlap", "blocking"):
@@ -207,7 +208,7 @@ def _remembered_agreement(world: int) -> list[dict]:
         del g
     gc.collect()
     rows.append({"case": "remembered", "method": "remembered", "name": "groups_kept",
-                 "count": sum(1 for key in ring._AGREED.keys() if key is not dist.group.WORLD)})
+                 "count": sum(1 for key in agreement.AGREED.keys() if key is not dist.group.WORLD)})
     return rows
 
 
