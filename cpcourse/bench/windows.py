@@ -12,10 +12,8 @@ Three measurements, each in one run:
    pyramid blending, averaged over seeds, plus how often the tracker sees one object;
 3. exactness: both parallel modes on P = 1, 2, 4 ranks against one process, at a length the
    stride does not divide.
-`run_long` is also what `cpcourse generate --window W` runs: the windowed sampler on P ranks
-(`cpcourse.tinydit.windows.windows_rank`), with the schedule, the bytes each rank sends per step,
-the peak working memory of one window's forward beside the whole run's peak and the latent state,
-and the seam metric in its report.
+The exactness runs go through `cpcourse.runs.long_video.run_long`, what `cpcourse generate
+--window W` runs.
 """
 
 from __future__ import annotations
@@ -24,124 +22,8 @@ import json
 import statistics
 import time
 
-import torch
-
-from cpcourse.support.errors import (
-    ArgumentParser,
-    finite_float,
-    positive_int,
-    require,
-)
-from cpcourse.tinydit.windows import (
-    BLENDS,
-    NOISES,
-    PARALLEL,
-    boundaries,
-    seam_metric,
-    window_starts,
-)
-
-MAX_FRAMES = 512
-
-
-def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: str = "shipped",
-             frames: int = 32, window: int = 8, stride: int = 4, blend: str = "pyramid",
-             noise: str = "independent", parallel: str = "windows", steps: int | None = None,
-             cfg_scale: float = 4.0, label: int | None = None, dtype: str = "fp32",
-             compare: bool = False, timeout: float = 300.0, stream=False) -> dict:
-    """Sample a long video on `nproc` ranks. Returns {"latents", "clip", "report"}."""
-    from cpcourse.launch import check_nproc, launch
-    from cpcourse.tinydit.model import DiTConfig
-    from cpcourse.tinydit.moving_shapes import PROMPTS, matches, parse_prompt, track
-    from cpcourse.tinydit.sampling import DTYPES
-    from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, to_clip, weights_config
-
-    nproc = check_nproc(nproc)
-    frames = positive_int("--frames", frames)
-    require(frames <= MAX_FRAMES, f"--frames {frames}: use at most {MAX_FRAMES}")
-    starts = window_starts(frames, positive_int("--window", window),
-                           positive_int("--stride", stride))
-    require(blend in BLENDS, f"--blend must be one of {', '.join(BLENDS)}")
-    require(noise in NOISES, f"--noise must be one of {', '.join(NOISES)}")
-    require(parallel in PARALLEL, f"--parallel must be one of {', '.join(PARALLEL)}")
-    require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}")
-    cfg_scale = finite_float("--cfg-scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, "--cfg-scale must be between -100 and 100")
-    if parallel == "windows":
-        require(nproc <= len(starts), f"--parallel windows gives each rank whole windows, and "
-                f"there are {len(starts)}: use --nproc {len(starts)} or fewer, or --parallel cp")
-    else:
-        require(nproc <= window, f"--parallel cp splits each {window}-frame window over the "
-                f"ranks: use --nproc {window} or fewer, or --parallel windows")
-    path, trained_cfg = weights_config(weights)
-    trained = path is not None
-    defaults = TRAINED_DEFAULTS if trained else RANDOM_DEFAULTS
-    steps = positive_int("--steps", defaults["steps"] if steps is None else steps)
-    require(steps <= 1000, f"--steps {steps}: use at most 1000")
-    if trained:
-        cfg, prompt = trained_cfg, prompt or PROMPTS[1]
-        require(label is None, "--label conditions the random model; the trained one takes "
-                "--prompt")
-        require(window <= 4 * defaults["frames"], f"--window {window}: the model was trained on"
-                f" {defaults['frames']} frames; use at most {4 * defaults['frames']}")
-        cond = parse_prompt(prompt)
-    else:
-        require(prompt is None, "--prompt needs trained weights; the random model takes --label")
-        cfg = DiTConfig(attention="factored")
-        cond = 3 if label is None else label
-        require(0 <= cond < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
-    shape = [1, cfg.in_channels, frames, defaults["height"], defaults["width"]]
-    spec = {"model": cfg.as_dict(), "weights": path, "dtype": dtype, "weight_seed": 0,
-            "seed": seed, "shape": shape, "steps": steps, "cfg_scale": cfg_scale,
-            "label": cond, "window": window, "stride": stride, "blend": blend, "noise": noise,
-            "parallel": parallel}
-    results = launch("cpcourse.tinydit.windows:windows_rank", nproc, timeout=timeout, args=(spec,),
-                     stream=stream)
-    latents = results[0]["latents"]
-    report = {"nproc": nproc, "seed": seed, "frames": frames, "window": window,
-              "stride": stride, "blend": blend, "noise": noise, "parallel": parallel,
-              "windows": len(starts), "starts": starts, "steps": steps,
-              "windows_per_rank": [len(r["my_windows"]) for r in results],
-              "bytes_per_step_per_rank": [int(r["bytes_per_step"]) for r in results],
-              "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
-              "window_peak_bytes_per_rank": [int(r["window_peak_bytes"]) for r in results],
-              "state_bytes": int(results[0]["state_bytes"]),
-              "seconds": round(max(sum(r["step_seconds"]) for r in results), 4),
-              "ranks_identical": all(torch.equal(latents, r["latents"]) for r in results),
-              "launch_seconds": round(results.seconds, 3), "shape": shape, "dtype": dtype}
-    clip = to_clip(latents) if trained else None
-    if trained:
-        seen = track(clip)
-        report.update(prompt=prompt, seam=seam_metric(clip, boundaries(frames, window, stride)),
-                      track={"direction": seen["direction"], "shape": seen["shape"],
-                             "present_fraction": matches(prompt, seen)["present_fraction"]})
-    if compare:
-        from cpcourse.tinydit.windows import windows_rank
-
-        single = windows_rank(spec)["latents"]
-        report["max_abs_diff_vs_single_process"] = float((single - latents).abs().max())
-    return {"latents": latents, "clip": clip, "report": report}
-
-
-def print_report(report: dict) -> None:
-    kb = lambda x: f"{x / 1024:.0f} KiB"  # noqa: E731
-    print(f"{report['frames']} frames as {report['windows']} windows of {report['window']} "
-          f"(stride {report['stride']}, {report['blend']} blend, {report['noise']} noise), "
-          f"parallel {report['parallel']} on {report['nproc']} rank(s): {report['seconds']:.2f} s")
-    for r, (p, w, b) in enumerate(zip(report["peak_bytes_per_rank"],
-                                      report["window_peak_bytes_per_rank"],
-                                      report["bytes_per_step_per_rank"], strict=True)):
-        print(f"  rank {r}: {report['windows_per_rank'][r]} window(s), peak {kb(p)} (one window's"
-              f" forward {kb(w)}, latent state {kb(report['state_bytes'])}), sends {kb(b)}/step")
-    if "seam" in report:
-        s = report["seam"]
-        print(f"  seam: change across window ends / inside = {s['ratio']:.2f}" if s["ratio"]
-              else "  seam: no window ends inside the video")
-        tr = report["track"]
-        print(f"  the tracker sees a {tr['shape']} moving {tr['direction']}, one object in "
-              f"{100 * tr['present_fraction']:.0f}% of frames")
-    if "max_abs_diff_vs_single_process" in report:
-        print(f"  max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g}")
+from cpcourse.runs.long_video import run_long
+from cpcourse.support.errors import ArgumentParser, positive_int, require
 
 
 def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):

@@ -14,6 +14,7 @@ shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--li
 the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
 random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
+This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
 """
 
 from __future__ import annotations
@@ -21,163 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 
-import torch
-
-from cpcourse.support.errors import (
-    InputError,
-    finite_float,
-    positive_float,
-    positive_int,
-    require,
-)
-from cpcourse.tinydit.model import ATTENTIONS, DiTConfig
+from cpcourse.runs.generate import run_generate
+from cpcourse.support.errors import InputError, positive_float, require
+from cpcourse.tinydit.model import ATTENTIONS
 from cpcourse.tinydit.sampling import DTYPES
-from cpcourse.tinydit.training import (
-    RANDOM_DEFAULTS,
-    SAMPLE_STEPS,
-    TRAINED_DEFAULTS,
-    weights_config,
-)
+from cpcourse.tinydit.training import SAMPLE_STEPS
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
-
-
-def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
-                 weights: str = "shipped", frames: int | None = None, height: int | None = None,
-                 width: int | None = None, batch: int = 1, steps: int | None = None,
-                 cfg_scale: float | None = None, label: int | None = None,
-                 attention: str | None = None, temporal_method: str = "all_to_all",
-                 full_method: str = "ring", dtype: str = "fp32", weight_seed: int = 0,
-                 model: dict | None = None, compare: bool = False, timeout: float = 120.0,
-                 stream=False, layout=None) -> dict:
-    """Sample on `nproc` processes.
-
-    `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
-    `cpcourse.support.layout.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
-    ulysses x tp, the frames split over ring x ulysses, attention by USP.
-
-    Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
-    only, else None), "report": {...}}. `weights`: "shipped", a file from `cpcourse train`, or
-    "random" (then `label`, `attention`, `model` and `weight_seed` choose the random DiT).
-    """
-    from cpcourse.launch import launch
-    from cpcourse.tinydit.moving_shapes import PROMPTS, matches, parse_prompt, track
-    from cpcourse.tinydit.training import to_clip
-
-    path, trained_cfg = weights_config(weights)
-    trained = path is not None
-    defaults = TRAINED_DEFAULTS if trained else RANDOM_DEFAULTS
-    frames = defaults["frames"] if frames is None else frames
-    height = defaults["height"] if height is None else height
-    width = defaults["width"] if width is None else width
-    steps = defaults["steps"] if steps is None else steps
-    cfg_scale = defaults["cfg_scale"] if cfg_scale is None else cfg_scale
-    nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
-    # Guidance past +-100 only blows the sample up (real models use 1 to 15).
-    cfg_scale = finite_float("--cfg-scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, f"--cfg-scale must be between -100 and 100, got {cfg_scale:g}")
-    require(isinstance(seed, int) and 0 <= seed < 2**63,
-            f"--seed must be a whole number in [0, 2**63), got {seed!r}")
-    require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
-    require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
-    require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if layout is not None:
-        layout = _layout(layout, nproc)
-    cp = nproc if layout is None else layout.cp
-    require(cp <= frames, f"{'--nproc' if layout is None else 'ring x ulysses'} {cp} is more "
-            f"than the {frames} latent frames to split: use {frames} or fewer, or more --frames")
-    if trained:
-        cfg = trained_cfg
-        require(label is None, "--label conditions the random model: the trained model takes "
-                f"--prompt ({', '.join(PROMPTS)})")
-        require(model is None and batch == 1, "the trained model's size is fixed by its weights "
-                "and it draws one clip per run")
-        require(attention in (None, cfg.attention), f"these weights were trained with "
-                f"--attention {cfg.attention}: leave --attention out (or use --weights random)")
-        prompt = prompt or PROMPTS[1]
-        cond = parse_prompt(prompt)
-        require(frames <= 4 * defaults["frames"], f"--frames {frames}: the model was trained on "
-                f"{defaults['frames']} frames; use at most {4 * defaults['frames']}")
-    else:
-        require(prompt is None, "--prompt needs trained weights: drop --weights random, or "
-                "condition the random model with --label")
-        cfg = DiTConfig(**{**(model or {}), "attention": attention or "factored"})
-        label = 3 if label is None else label
-        require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
-        cond = label
-    if layout is not None:
-        from cpcourse.support.layout import check_layout
-
-        check_layout(layout, nproc, cfg.heads)
-    elif cfg.attention == "full" and full_method == "ulysses":  # found before start-up
-        works = [p for p in range(1, cfg.heads + 1) if cfg.heads % p == 0]
-        require(cfg.heads % nproc == 0,
-                f"--full ulysses splits the model's {cfg.heads} heads over the {nproc} ranks: use "
-                f"--nproc {', '.join(map(str, works))}, or --full ring (no such limit)")
-    for name, val in (("--height", height), ("--width", width)):
-        require(positive_int(name, val) % cfg.patch == 0,
-                f"{name} {val} must be a multiple of the patch size {cfg.patch}")
-        require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
-                f"use at most {64 * cfg.patch}")
-    spec = {"model": cfg.as_dict(), "weights": path, "dtype": dtype, "weight_seed": weight_seed,
-            "seed": seed,
-            "shape": [positive_int("--batch", batch), cfg.in_channels, frames, height, width],
-            "steps": positive_int("--steps", steps), "cfg_scale": cfg_scale,
-            "label": cond, "temporal_method": temporal_method, "full_method": full_method}
-    require(steps <= 1000, f"--steps {steps}: use at most 1000")
-    if layout is not None:
-        spec["layout"] = layout.as_dict()
-    target = "generate_rank" if layout is None else "generate_mesh_rank"
-    results = launch(f"cpcourse.tinydit.sampling:{target}", nproc, timeout=timeout, args=(spec,),
-                     stream=stream)
-    from cpcourse.tinydit.sampling import mesh_report
-
-    by_mesh = {} if layout is None else mesh_report(results, layout)
-    shards = results if layout is None else by_mesh.pop("shards")
-    latents = torch.cat([r["frames"] for r in shards], dim=2)
-    steps_s = [max(r["step_seconds"][i] for r in results) for i in range(steps)]
-    report = {"nproc": nproc, "seed": seed, "weights": weights if not trained else path,
-              "shape": spec["shape"], "dtype": dtype, "attention": cfg.attention,
-              "temporal_method": temporal_method, "full_method": full_method, "steps": steps,
-              "cfg_scale": float(cfg_scale),
-              "frames_per_rank": [r["frames"].shape[2] for r in results],
-              "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
-              "seconds": round(max(sum(r["step_seconds"]) for r in results), 4),
-              "seconds_per_step": sorted(steps_s)[len(steps_s) // 2],
-              "launch_seconds": round(results.seconds, 3),
-              "latent_abs_mean": float(latents.abs().mean()), "model": cfg.as_dict()}
-    if layout is None:
-        report["predicted_peak_bytes_per_rank"] = [int(r["predicted_peak_bytes"])
-                                                   for r in results]
-        report["peak_vs_predicted_worst_rel_err"] = max(
-            abs(m / p - 1) for m, p in zip(report["peak_bytes_per_rank"],
-                                           report["predicted_peak_bytes_per_rank"], strict=True))
-    report.update(by_mesh)
-    clip = to_clip(latents) if trained else None
-    if trained:
-        seen = track(clip)
-        ok = matches(prompt, seen)
-        report.update(prompt=prompt, clip_shape=list(clip.shape), track={
-            "direction": seen["direction"], "shape": seen["shape"],
-            "velocity_px_per_frame": [round(v, 3) for v in seen["velocity"]],
-            "present_fraction": ok["present_fraction"]},
-            matches_prompt=bool(ok["direction"] and ok["shape"]))
-    if compare:
-        from cpcourse.tinydit.sampling import single_process_sample
-
-        single = single_process_sample(spec)
-        mine = latents if not trained else clip
-        other = single if not trained else to_clip(single)
-        report["max_abs_diff_vs_single_process"] = float((mine - other).abs().max())
-    return {"latents": latents, "clip": clip, "report": report}
-
-
-def _layout(layout, nproc: int):
-    from cpcourse.support.layout import Layout
-
-    layout = Layout.parse(layout) if isinstance(layout, str) else layout
-    require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
-            f"{layout.world} (or leave --nproc out)")
-    return layout
 
 
 def build_parser() -> argparse.ArgumentParser:

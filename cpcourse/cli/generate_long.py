@@ -1,5 +1,5 @@
 """`cpcourse generate --window W`: a video longer than the model's window, from overlapping
-windows blended (`cpcourse.tinydit.windows`, run by `cpcourse.bench.windows.run_long`).
+windows blended (`cpcourse.tinydit.windows`, run by `cpcourse.runs.long_video.run_long`).
 
     cpcourse generate --frames 32 --window 8 --stride 4 --nproc 2 --gif long.gif
 """
@@ -13,7 +13,7 @@ from cpcourse.support.errors import positive_float, require
 
 
 def main_long(args) -> int:
-    from cpcourse.bench.windows import print_report, run_long
+    from cpcourse.runs.long_video import print_report, run_long
 
     require(args.window is not None, "--stride needs --window (the window length in frames)")
     for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.bench.models import run_models
 from cpcourse.models.build import ARCHS
 from cpcourse.models.compare import DTYPES
 from cpcourse.models.parallel import METHODS
+from cpcourse.runs.models import run_models
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
 
 

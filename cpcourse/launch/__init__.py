@@ -5,8 +5,9 @@
 Machinery, not a lesson: the course's distributed code (`cpcourse.ring`, `cpcourse.ulysses`,
 `cpcourse.video`, ...) runs on the ranks this package starts. `launcher` starts torchrun and
 collects results (inside the user's own torchrun rank, `torchrun` runs the target in place
-instead), `entry` is what each rank runs, `errors` turns a failing or stuck rank into an
-exception that names it, `proctree` ends every process a launch started.
+instead), `magic` is the `%%torchrun` cell magic, `entry` is what each rank runs, `errors`
+turns a failing or stuck rank into an exception that names it, `proctree` ends every process a
+launch started.
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from cpcourse.launch.launcher import (
     RankResults,
     check_nproc,
     launch,
-    register_magics,
-    torchrun_cell,
 )
+from cpcourse.launch.magic import register_magics, torchrun_cell
 from cpcourse.launch.torchrun import RankDone, TorchrunRank, torchrun_rank
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_NPROC", "LaunchError", "LaunchTimeout", "RankError",

@@ -14,9 +14,7 @@ The calling process never imports CUDA or creates a process group.
 Inside a rank of the user's own torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; see
 `cpcourse.launch.torchrun`) nothing is started: nproc must be WORLD_SIZE, the target runs in
 this process as that rank, and every rank gets the list of all ranks' return values.
-
-In Jupyter: `%load_ext cpcourse`, then a cell starting with `%%torchrun -n 4 [--timeout S]`
-runs the cell's code on 4 ranks, with `rank`, `world_size`, `torch` and `dist` predefined.
+The `%%torchrun` cell magic (`cpcourse.launch.magic`) calls `launch` on a cell's code.
 """
 
 from __future__ import annotations
@@ -150,7 +148,30 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     OMP_NUM_THREADS, else 1).
     stream: True prints rank output here, False keeps it quiet, a callable receives each line.
     Inside a foreign torchrun rank (`torchrun_rank()` is not None) the target runs here instead.
+
+    The steps: check every argument (nothing starts on a bad one), start torchrun on the ranks,
+    watch them until they finish, fail or run out of time, then end the process tree and
+    return the results or raise the failure.
     """
+    nproc, timeout, start_timeout, threads, pg_timeout = _checked(
+        target, nproc, timeout, start_timeout, backend, env, threads, pg_timeout)
+    where = torchrun_rank()
+    if where is not None:  # a rank of the user's own torchrun: run here, as that rank
+        values, seconds, output = run_here(
+            _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,
+            pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
+        results = RankResults(values)
+        results.seconds, results.output = seconds, output
+        return results
+    run = _start(target, nproc, env=env, args=args, kwargs=kwargs, threads=threads,
+                 pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
+    failure = _watch(run, timeout, start_timeout)
+    return _collect(run, failure)
+
+
+def _checked(target, nproc, timeout, start_timeout, backend, env, threads, pg_timeout) -> tuple:
+    """launch()'s numbers checked, in the order the errors name them: (nproc, timeout,
+    start_timeout, threads, pg_timeout). Nothing has started yet."""
     nproc = check_nproc(nproc)
     timeout = positive_float("timeout", timeout, high=MAX_TIMEOUT_S)
     start_timeout = positive_float("start_timeout", start_timeout, high=MAX_TIMEOUT_S)
@@ -164,177 +185,167 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
         threads = int(omp)
     threads = positive_int("threads", threads)
     pg_timeout = positive_float("pg_timeout", pg_timeout or min(30.0, timeout))
-    where = torchrun_rank()
-    if where is not None:  # a rank of the user's own torchrun: run here, as that rank
-        values, seconds, output = run_here(
-            _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,
-            pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
-        results = RankResults(values)
-        results.seconds, results.output = seconds, output
-        return results
-    run_dir = tempfile.mkdtemp(prefix="cpcourse-launch-")
-    marker = f"cpcourse-{uuid.uuid4().hex}"
-    with open(os.path.join(run_dir, "spec.json"), "w") as fh:
+    return nproc, timeout, start_timeout, threads, pg_timeout
+
+
+class _Run:
+    """One launch in flight: its run folder, torchrun's process, the two pipe readers and what
+    they have read (rank lines in `output`, torchrun's own in `launcher_log`), and the workers
+    noted while torchrun still knew them."""
+
+    def __init__(self, nproc: int, run_dir: str, marker: str, stream):
+        self.nproc, self.run_dir, self.marker = nproc, run_dir, marker
+        self.sink = (lambda name, line: print(
+            line, end="", flush=True, file=sys.stdout if name == "out" else sys.stderr)
+        ) if stream is True else (lambda name, line: stream(line)) if callable(stream) else None
+        self.lines: queue.Queue = queue.Queue()
+        self.output, self.launcher_log, self.noted = [], [], set()
+        self.open_pipes = 2
+        self.first_error_at = None
+        self.proc, self.readers, self.start = None, [], 0.0
+
+    def take(self, name, line) -> None:
+        if line is None:
+            self.open_pipes -= 1
+        elif line.startswith("[rank "):
+            self.output.append(line.rstrip("\n"))
+            if self.sink:
+                self.sink(name, line)
+        else:
+            self.launcher_log.append(line.rstrip("\n"))
+
+    def drain(self) -> None:
+        while True:
+            try:
+                self.take(*self.lines.get_nowait())
+            except queue.Empty:
+                break
+
+
+def _start(target: str, nproc: int, *, env, args, kwargs, threads, pg_timeout, backend, init,
+           stream) -> _Run:
+    """Write the run folder (the target, its arguments, a temp dir) and start torchrun on it,
+    its stdout and stderr read into the run's queue by two threads."""
+    run = _Run(nproc, tempfile.mkdtemp(prefix="cpcourse-launch-"), f"cpcourse-{uuid.uuid4().hex}",
+               stream)
+    with open(os.path.join(run.run_dir, "spec.json"), "w") as fh:
         json.dump({"target": _absolute(target),
                    "threads": threads, "init": init, "backend": backend}, fh)
-    with open(os.path.join(run_dir, "args.pkl"), "wb") as fh:
+    with open(os.path.join(run.run_dir, "args.pkl"), "wb") as fh:
         pickle.dump((tuple(args), dict(kwargs or {})), fh)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                 "CPCOURSE_PG_TIMEOUT": str(pg_timeout), "CPCOURSE_RUN_DIR": run_dir,
-                 "CPCOURSE_LAUNCH_ID": marker, "PYTHONPATH": _child_pythonpath(),
+                 "CPCOURSE_PG_TIMEOUT": str(pg_timeout), "CPCOURSE_RUN_DIR": run.run_dir,
+                 "CPCOURSE_LAUNCH_ID": run.marker, "PYTHONPATH": _child_pythonpath(),
                  "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
     child_env.update({k: str(v) for k, v in (env or {}).items()})
     child_env["OMP_NUM_THREADS"] = str(threads)  # torch.set_num_threads(threads) in each rank
     # torchrun leaves a torchelastic_* folder in the temp dir after every run: give it (and the
     # ranks' own temporary files) a temp dir inside run_dir, removed with it.
-    child_env["TMPDIR"] = os.path.join(run_dir, "tmp")
+    child_env["TMPDIR"] = os.path.join(run.run_dir, "tmp")
     os.mkdir(child_env["TMPDIR"])
     if backend:
         child_env["CPCOURSE_BACKEND"] = backend
     cmd = [sys.executable, "-m", "cpcourse.launch.entry", "--torchrun", "--standalone",
            f"--nproc-per-node={nproc}", "--monitor-interval=0.1", "-m", "cpcourse.launch.entry",
-           run_dir]
-    sink = (lambda name, line: print(line, end="", flush=True,
-                                     file=sys.stdout if name == "out" else sys.stderr)
-            ) if stream is True else (lambda name, line: stream(line)) if callable(stream) else None
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=child_env,
-                            start_new_session=True)
-    lines: queue.Queue = queue.Queue()
-    readers = [threading.Thread(target=_pump, args=(pipe, name, lines), daemon=True)
-               for name, pipe in (("out", proc.stdout), ("err", proc.stderr))]
-    for reader in readers:
+           run.run_dir]
+    run.start = time.monotonic()
+    run.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                env=child_env, start_new_session=True)
+    run.readers = [threading.Thread(target=_pump, args=(pipe, name, run.lines), daemon=True)
+                   for name, pipe in (("out", run.proc.stdout), ("err", run.proc.stderr))]
+    for reader in run.readers:
         reader.start()
-    output, launcher_log, noted = [], [], set()
-    state = {"open": 2}
+    return run
 
-    def take(name, line):
-        if line is None:
-            state["open"] -= 1
-        elif line.startswith("[rank "):
-            output.append(line.rstrip("\n"))
-            if sink:
-                sink(name, line)
-        else:
-            launcher_log.append(line.rstrip("\n"))
 
-    first_error_at, running_since, next_scan, failure = None, None, 0.0, None
+def _watch(run: _Run, timeout: float, start_timeout: float) -> LaunchTimeout | None:
+    """Pass the ranks' output on until every rank has returned and exited, one has failed (and
+    the others had `_ERROR_WAIT_S` to report), torchrun is gone, or time runs out: then the
+    `LaunchTimeout` naming where each rank was stuck is returned. Ctrl-C or SIGTERM here ends
+    the process tree and removes the run folder before it propagates."""
+    nproc, run_dir, proc = run.nproc, run.run_dir, run.proc
+    running_since, next_scan = None, 0.0
     restore = _raise_on_sigterm()
     try:
-        while state["open"]:
+        while run.open_pipes:
             try:
-                take(*lines.get(timeout=0.05))
+                run.take(*run.lines.get(timeout=0.05))
                 for _ in range(1000):
-                    take(*lines.get_nowait())
+                    run.take(*run.lines.get_nowait())
             except queue.Empty:
                 pass
             now = time.monotonic()
             if now >= next_scan:  # note the workers while torchrun still knows them
-                noted |= proctree.descendants(proc.pid)
+                run.noted |= proctree.descendants(proc.pid)
                 next_scan = now + 0.5
             names = os.listdir(run_dir)
-            if first_error_at is None and any(f.endswith(".err") for f in names):
-                first_error_at = now
+            if run.first_error_at is None and any(f.endswith(".err") for f in names):
+                run.first_error_at = now
             if sum(f.endswith(".pkl") and f.startswith("rank") for f in names) == nproc and (
                     not any(proctree.alive(p) for p in rank_procs(run_dir, nproc))):
                 break  # every rank returned and exited: torchrun's own teardown is not needed
-            if first_error_at is not None and now - first_error_at > _ERROR_WAIT_S:
+            if run.first_error_at is not None and now - run.first_error_at > _ERROR_WAIT_S:
                 break  # torchrun did not end its failed workers by itself: end them
-            if proc.poll() is not None and not any(proctree.alive(p) for p in noted):
+            if proc.poll() is not None and not any(proctree.alive(p) for p in run.noted):
                 break  # only an unnoted process still holds the pipe: end_tree finds it
             if running_since is None and sum(f.endswith(".started") for f in names) == nproc:
                 running_since = now
             if (now - running_since > timeout) if running_since else (
-                    now - start > start_timeout):
+                    now - run.start > start_timeout):
                 stuck, finished = stuck_report(run_dir, nproc)
-                failure = LaunchTimeout(timeout if running_since else start_timeout, stuck,
-                                        finished, starting=running_since is None)
-                break
+                return LaunchTimeout(timeout if running_since else start_timeout, stuck,
+                                     finished, starting=running_since is None)
     except (KeyboardInterrupt, _Terminated):
-        proctree.end_tree(proc, noted, marker)
+        proctree.end_tree(proc, run.noted, run.marker)
         shutil.rmtree(run_dir, ignore_errors=True)
         raise
     finally:
         restore()
+    return None
+
+
+def _collect(run: _Run, failure: LaunchTimeout | None) -> RankResults:
+    """End the process tree, read the last lines, and return every rank's result, or raise
+    what went wrong: a rank's exception or death, the timeout, or a rank with no result."""
+    nproc, run_dir = run.nproc, run.run_dir
     # Success: the workers are gone and torchrun has nothing left to do, so no grace for it.
     # Otherwise SIGTERM first: torchrun then stops its workers itself.
-    done = failure is None and first_error_at is None and not rank_procs(run_dir, nproc)
-    proctree.end_tree(proc, noted, marker, grace_s=0.0 if done else 3.0)
-    for reader in readers:  # every writer is gone now: the pipes reach end-of-file
+    done = failure is None and run.first_error_at is None and not rank_procs(run_dir, nproc)
+    proctree.end_tree(run.proc, run.noted, run.marker, grace_s=0.0 if done else 3.0)
+    for reader in run.readers:  # every writer is gone now: the pipes reach end-of-file
         reader.join(timeout=2.0)
-    while True:
-        try:
-            take(*lines.get_nowait())
-        except queue.Empty:
-            break
+    run.drain()
     try:
-        raised = rank_error(run_dir, nproc)
-        # After a timeout the launcher itself ended the ranks: none of them "died".
-        died = (None if isinstance(failure, LaunchTimeout)
-                else rank_death(run_dir, nproc, "\n".join(launcher_log)))
-        # A rank that crashed outright comes first: its peers' "connection reset" is an echo.
-        failure = (died if died and (raised is None or raised.peer_failure) else raised) or failure
-        if failure is None:
-            missing = [r for r in range(nproc)
-                       if not os.path.exists(os.path.join(run_dir, f"rank{r}.pkl"))]
-            if missing:
-                tail = "\n".join(launcher_log[-15:])
-                failure = LaunchError(
-                    f"rank {', '.join(map(str, missing))} ended without a result or a Python "
-                    f"exception (killed by a signal?); torchrun exit code {proc.returncode}; "
-                    f"its last lines:\n{tail}")
+        failure = _failure(run, failure)
         if failure is not None:
             raise failure
         results = RankResults()
         for r in range(nproc):
             with open(os.path.join(run_dir, f"rank{r}.pkl"), "rb") as fh:
                 results.append(pickle.load(fh))
-        results.seconds, results.output = time.monotonic() - start, output
+        results.seconds, results.output = time.monotonic() - run.start, run.output
         return results
     finally:
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
-# --- the %%torchrun cell magic -------------------------------------------------------------------
-
-def _magic_parser():
-    from cpcourse.support.errors import ArgumentParser
-
-    p = ArgumentParser(prog="%%torchrun", add_help=False)
-    p.add_argument("-n", "--nproc", type=int, default=2)
-    p.add_argument("--timeout", type=float, default=60.0)
-    p.add_argument("--threads", type=int, default=None)
-    p.add_argument("--out", default=None, help="store the per-rank RESULT list in this variable")
-    return p
-
-
-def torchrun_cell(line: str, cell: str, user_ns: dict | None = None) -> RankResults:
-    """Run a cell's code on `-n` ranks (what `%%torchrun` calls)."""
-    import shlex
-
-    opts = _magic_parser().parse_args(shlex.split(line))
-    cell_dir = tempfile.mkdtemp(prefix="cpcourse-cell-")
-    path = os.path.join(cell_dir, "torchrun_cell.py")
-    with open(path, "w") as fh:
-        fh.write(cell)
-    try:
-        results = launch(path, opts.nproc, timeout=opts.timeout, threads=opts.threads)
-    except LaunchError as exc:
-        if isinstance(exc, RankError):
-            raise exc.renamed(path, "<%%torchrun cell>") from None
-        exc.args = (exc.args[0].replace("torchrun_cell.py", "<%%torchrun cell>"),)
-        raise exc from None
-    finally:
-        shutil.rmtree(cell_dir, ignore_errors=True)
-    if opts.out and user_ns is not None:
-        user_ns[opts.out] = results
-    return results
-
-
-def register_magics(ipython) -> None:
-    """Register `%%torchrun` on an IPython shell (called by `%load_ext cpcourse`)."""
-
-    def torchrun(line, cell):
-        torchrun_cell(line, cell, ipython.user_ns)
-
-    ipython.register_magic_function(torchrun, magic_kind="cell", magic_name="torchrun")
+def _failure(run: _Run, failure: LaunchTimeout | None) -> LaunchError | None:
+    """What the caller should see: a rank that crashed outright, else a rank's exception, else
+    the timeout, else a rank that left no result; None when every rank returned."""
+    nproc, run_dir = run.nproc, run.run_dir
+    raised = rank_error(run_dir, nproc)
+    # After a timeout the launcher itself ended the ranks: none of them "died".
+    died = (None if isinstance(failure, LaunchTimeout)
+            else rank_death(run_dir, nproc, "\n".join(run.launcher_log)))
+    # A rank that crashed outright comes first: its peers' "connection reset" is an echo.
+    failure = (died if died and (raised is None or raised.peer_failure) else raised) or failure
+    if failure is None:
+        missing = [r for r in range(nproc)
+                   if not os.path.exists(os.path.join(run_dir, f"rank{r}.pkl"))]
+        if missing:
+            tail = "\n".join(run.launcher_log[-15:])
+            failure = LaunchError(
+                f"rank {', '.join(map(str, missing))} ended without a result or a Python "
+                f"exception (killed by a signal?); torchrun exit code {run.proc.returncode}; "
+                f"its last lines:\n{tail}")
+    return failure

@@ -6,7 +6,7 @@ The sampler steps x_1 = noise towards x_0 = sample, x <- x + (t_next - t) * v, w
 conditional and unconditional passes run as one batch of 2B, v = v_uncond + cfg * (v_cond -
 v_uncond). Noise is drawn for the whole video from the seed on every rank and each rank keeps its
 frames, so the sample does not depend on P. `generate_rank` is what each rank of `cpcourse
-generate` runs (see `cpcourse.cli.generate`): its frames of the sample, its peak tensor memory
+generate` runs (see `cpcourse.runs.generate`): its frames of the sample, its peak tensor memory
 (`cpcourse.support.peak_memory`) beside `cpcourse.tinydit.costs.predicted_peak_bytes`, and its time
 per step.
 """

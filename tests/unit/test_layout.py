@@ -5,10 +5,11 @@
 Ranks, lowest first (README "Layout"): `support` < the concept modules at the top of `cpcourse/`,
 in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
 tensor parallelism < the mesh < video) < the chapters `tinydit`, `models`, `planner` and the
-machinery `launch` < `course`, `viz` < `bench` < `cli`. A module may import its own chapter (its
-package, or itself) or any chapter of a lower rank; never a sibling chapter of the same rank, never
-a higher one, and no chain of imports comes back to where it started. Imports inside functions
-count too: a lazy import still ties the two modules together.
+machinery `launch` < `course`, `viz` and `runs` (what runs an experiment on P ranks) < `bench`
+(which only measures) < `cli`. A module may import its own chapter (its package, or itself) or
+any chapter of a lower rank; never a sibling chapter of the same rank, never a higher one, and no
+chain of imports comes back to where it started. Imports inside functions count too: a lazy
+import still ties the two modules together.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ RANKS = {
     "mesh": 4,
     "video": 5,
     "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
-    "course": 7, "viz": 7,  # and `runs`, when it comes
+    "course": 7, "viz": 7, "runs": 7,
     "bench": 8,
     "cli": 9,
     "__main__": 10,  # `python -m cpcourse` runs the command line
@@ -126,6 +127,14 @@ def test_no_import_cycle():
             visit(m, [m])
 
 
+def test_the_command_line_runs_experiments_through_runs_not_bench():
+    """`cpcourse generate` and `cpcourse models` call the runners; only `cpcourse bench` (by
+    name, through `cpcourse.bench.main`) reaches the benchmarks."""
+    cli = [m for m in GRAPH if chapter(m) == "cli"]
+    assert "cpcourse.runs.generate" in GRAPH["cpcourse.cli.generate"]
+    assert not sorted(b for m in cli for b in GRAPH[m] if chapter(b) == "bench")
+
+
 def test_the_checks_can_fail():
     """The layer rule and the cycle search see real imports (the rule is not vacuous)."""
     assert "cpcourse.launch.proctree" in GRAPH["cpcourse.launch.launcher"]
@@ -134,6 +143,8 @@ def test_the_checks_can_fail():
     assert rank("cpcourse.cli.demo") > rank("cpcourse.planner.plan") > rank("cpcourse.video")
     assert rank("cpcourse.video") > rank("cpcourse.ring") > rank("cpcourse.support.errors")
     assert chapter("cpcourse.tinydit.model") != chapter("cpcourse.models.build")
+    assert "cpcourse.runs.long_video" in GRAPH["cpcourse.bench.windows"]
+    assert rank("cpcourse.cli.generate") > rank("cpcourse.bench.windows") > rank("cpcourse.runs")
 
 
 CONTRACT = ["cpcourse.attention:attention_with_lse", "cpcourse.attention:merge_attention",
