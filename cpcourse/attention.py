@@ -39,6 +39,7 @@ from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versi
     softmax_v3_online,
 )
 from cpcourse.support.errors import InputError, require
+from cpcourse.support.qkv import attention_scale, check_qkv
 
 BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "cpu-flash", "torch")
 _CPU_ORDER = ("cpu-flash", "torch")  # the CUDA kernels never take CPU tensors: skip asking
@@ -69,48 +70,6 @@ TOLERANCES_LARGE_LOGITS = {
 _TORCH_CHUNK_ELEMS = 1 << 24
 
 
-def _check_qkv(q, k, v) -> None:
-    """Raise InputError naming the first broken rule. Messages are built only on failure: this
-    runs on every call, and a ring makes thousands of small calls."""
-    rules = (
-        lambda: all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v)),
-        lambda: q.shape[:2] == k.shape[:2] == v.shape[:2],
-        lambda: q.shape[-1] == k.shape[-1],
-        lambda: k.shape[2] == v.shape[2],
-        lambda: q.dtype == k.dtype == v.dtype and q.dtype.is_floating_point,
-        lambda: q.device == k.device == v.device,
-    )
-    for i, ok in enumerate(rules):
-        if not ok():
-            raise InputError(_qkv_message(i, q, k, v))
-
-
-def _qkv_message(rule: int, q, k, v) -> str:
-    if rule == 0:
-        got = [tuple(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-               for t in (q, k, v)]
-        return f"q, k, v must be 4-d tensors [B, H, L, D], got shapes {got}"
-    return [
-        f"q, k, v must share [B, H]: got {tuple(q.shape[:2])}, {tuple(k.shape[:2])}, "
-        f"{tuple(v.shape[:2])}",
-        f"q and k need the same head dim D: got {q.shape[-1]} and {k.shape[-1]}",
-        f"k and v need the same number of keys: got {k.shape[2]} and {v.shape[2]}",
-        f"q, k, v must share one floating dtype: got {q.dtype}, {k.dtype}, {v.dtype}",
-        f"q, k, v must be on one device: got {q.device}, {k.device}, {v.device}",
-    ][rule - 1]
-
-
-def _scale(q, scale) -> float:
-    if scale is None:
-        return 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    try:
-        scale = float(scale)
-    except (TypeError, ValueError):
-        raise InputError(f"scale must be a number, got {scale!r}") from None
-    require(math.isfinite(scale), f"scale must be finite, got {scale}")
-    return scale
-
-
 def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
     return torch.float64 if dtype == torch.float64 else torch.float32
 
@@ -131,12 +90,12 @@ def reference_attention(q, k, v, scale=None):
     wall the fused kernels remove; `cpcourse.support.peak_memory` measures it against the cost
     model.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
     if k.shape[2] == 0 or q.shape[2] == 0:
         return _no_keys(q, v)
     acc = accumulator_dtype(q.dtype)
     scores = q.to(acc) @ k.to(acc).transpose(-2, -1)
-    scores.mul_(_scale(q, scale))
+    scores.mul_(attention_scale(q, scale))
     row_max = scores.amax(dim=-1, keepdim=True)
     scores.sub_(row_max).exp_()                    # in place: no second L x L matrix
     row_sum = scores.sum(dim=-1, keepdim=True)
@@ -277,8 +236,8 @@ def attention_with_lse(q, k, v, scale=None, backend=None):
     `lse[b, h, i] = log(sum_j exp(scale * q[b, h, i] . k[b, h, j]))` and `scale` defaults to
     `1 / sqrt(D)`. Zero keys give out = 0 and lse = -inf (the identity of `merge_attention`).
     """
-    _check_qkv(q, k, v)
-    scale = _scale(q, scale)
+    check_qkv(q, k, v)
+    scale = attention_scale(q, scale)
     if k.shape[2] == 0 or q.shape[2] == 0:
         return _no_keys(q, v)
     name = attention_backend(q, k, v, backend)

@@ -29,7 +29,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from cpcourse.attention import _scale, accumulator_dtype, attention_with_lse
+from cpcourse.attention import accumulator_dtype, attention_with_lse
 from cpcourse.support.agreement import Agreement, agree_kv_lens, remembered
 from cpcourse.support.errors import require
 from cpcourse.support.groups import (
@@ -39,6 +39,7 @@ from cpcourse.support.groups import (
     require_group,
     tracked,
 )
+from cpcourse.support.qkv import attention_scale
 from cpcourse.support.recorder import NO_RECORDER, NoRecorder, recorder
 
 MODES = ("overlap", "blocking", "allgather")
@@ -239,7 +240,7 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
             f"q, k, v must be tensors [B, H, L, D], got "
             f"{[type(t).__name__ for t in (q, k, v)]}")
     if scale is not None:  # before any transfer: a rank must not fail alone mid-ring
-        scale = _scale(q, scale)
+        scale = attention_scale(q, scale)
     last = remembered(group) if lens is None and world > 1 and mode != "allgather" else None
     if last is not None:
         out = _ring_remembered(last, q, k, v, group, rank, world, scale, mode == "overlap", stats)

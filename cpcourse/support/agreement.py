@@ -57,7 +57,7 @@ def signature(q, k, v) -> tuple:
             tuple(k.shape), tuple(v.shape))
 
 
-def check_qkv(q, k, v, shapes: dict) -> list[int]:
+def check_agreed(q, k, v, shapes: dict) -> list[int]:
     """Checks that give the same answer on every rank (after `agree`); returns K/V lengths.
 
     q `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`; `shapes` holds every rank's k and v shapes.
@@ -84,13 +84,13 @@ def _check_known(q, k, v, lens, rank: int, world: int) -> list[int]:
             f"{tuple(k.shape)} and {tuple(v.shape)}")
     shapes = {x: [tuple(t.shape[:2]) + (n, t.shape[3]) for n in lens]
               for x, t in (("k", k), ("v", v))}
-    return check_qkv(q, k, v, shapes)
+    return check_agreed(q, k, v, shapes)
 
 
 def _agree(q, k, v, group) -> list[int]:
     """Agree shapes with every rank (one all-gather), check them, remember the agreement."""
     shapes = agree(group, q=q, k=k, v=v)
-    kv_lens = check_qkv(q, k, v, shapes)
+    kv_lens = check_agreed(q, k, v, shapes)
     key = group if group is not None else dist.group.WORLD
     last, spec = AGREED.get(key), (*k.shape[:2], k.shape[3], k.dtype)
     AGREED[key] = Agreement(signature(q, k, v), shapes, kv_lens, spec, confirmed=(
@@ -115,5 +115,5 @@ def agree_kv_lens(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, group, rank
     if lens is not None:
         return _check_known(q, k, v, lens, rank, world)
     if world == 1:
-        return check_qkv(q, k, v, {"k": [tuple(k.shape)], "v": [tuple(v.shape)]})
+        return check_agreed(q, k, v, {"k": [tuple(k.shape)], "v": [tuple(v.shape)]})
     return _agree(q, k, v, group)

@@ -47,7 +47,7 @@ class StepRecorder(NoRecorder):
 
     def __init__(self, stats: list, rank: int):
         self.stats, self.rank = stats, rank
-        self.t0 = self.t1 = self.t2 = time.perf_counter()
+        self.start()
 
     def start(self) -> None:
         self.t0 = self.t1 = self.t2 = time.perf_counter()
