@@ -207,7 +207,7 @@ def attention_backend(q, k=None, v=None, backend=None) -> str:
                 f"unknown attention backend {backend!r}: use one of {BACKENDS}")
         reason = _why_not(backend, q, k, v)
         if reason:
-            raise InputError(f"attention backend {backend!r} cannot run these inputs: {reason}; "
+            raise InputError(f"backend {backend!r} cannot run these inputs: {reason}; "
                              "pass backend=None to choose automatically")
         return backend
     preferred = os.environ.get(ENV_BACKEND, "").strip()

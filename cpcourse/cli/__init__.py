@@ -103,20 +103,30 @@ def as_torchrun_rank(argv: list[str]):
         yield argv
 
 
-# Library errors name the parameter ("height 721 is not divisible by 16", "dtype must be one of
-# fp32, ..."); on the command line the same message names the flag that sets it.
-PARAM_FLAGS = {"height": "--height", "width": "--width", "frames": "--frames", "fps": "--fps",
-               "seconds": "--seconds", "vae_temporal": "--vae-temporal",
-               "vae_spatial": "--vae-spatial", "text_tokens": "--text-tokens", "patch": "--patch",
-               "dtype": "--dtype"}
+# Library errors name the parameter: a message starts with its name ("height 721 is not
+# divisible by 16"), or names it in backticks ("give `minutes` or `steps`") or with a value
+# ("use nproc=4 or fewer"). On the command line the same message names the flag that sets it.
+# A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
+PARAMS = ("attention", "batch", "blend", "cfg_batch", "cfg_scale", "cp", "dtype", "ffn", "fps",
+          "frames", "gpus", "head_dim", "heads", "height", "hidden", "kernel", "label", "layers",
+          "layout", "link", "link_efficiency", "method", "minutes", "nodes", "noise", "nproc",
+          "parallel", "params_b", "patch", "prompt", "sample_steps", "seconds", "seed", "steps",
+          "stride", "text_tokens", "timeout", "tokens", "ulysses", "vae_spatial", "vae_temporal",
+          "weights", "width", "window")
+OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
+             "full_method": "--full", "temporal_method": "--temporal"}
+PARAM_FLAGS = {**{name: "--" + name.replace("_", "-") for name in PARAMS}, **OWN_FLAGS}
+_NAMES = "|".join(sorted(PARAM_FLAGS, key=len, reverse=True))
+_LEADING = re.compile(rf"^({_NAMES})(?=[ ,:])")
+_QUOTED = re.compile(rf"`({_NAMES})`")
+_VALUED = re.compile(rf"(?<![\w-])({_NAMES})=")
 
 
 def as_flags(message: str) -> str:
-    """A library message that starts with a parameter's name, starting with its flag instead."""
-    m = re.match(r"([a-z][a-z_]*)(?=[ ,:])", message)
-    if m is None or m.group(1) not in PARAM_FLAGS:
-        return message
-    return PARAM_FLAGS[m.group(1)] + message[m.end():]
+    """A library message with each parameter it names replaced by its command-line flag."""
+    message = _LEADING.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
+    message = _QUOTED.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
+    return _VALUED.sub(lambda m: PARAM_FLAGS[m.group(1)] + " ", message)
 
 
 def main(argv: list[str] | None = None) -> int:

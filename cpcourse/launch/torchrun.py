@@ -81,8 +81,8 @@ def torchrun_rank() -> TorchrunRank | None:
 def check_world(nproc: int, where: TorchrunRank) -> None:
     """InputError unless `nproc` is the torchrun world's size (every rank says the same)."""
     require(nproc == where.world,
-            f"running as rank {where.rank} of a torchrun world of {where.world}: pass --nproc "
-            f"{where.world} (got {nproc}) or leave --nproc out, or start without torchrun")
+            f"running as rank {where.rank} of a torchrun world of {where.world}: pass nproc="
+            f"{where.world} (got {nproc}) or leave `nproc` out, or start without torchrun")
 
 
 @contextlib.contextmanager

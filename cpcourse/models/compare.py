@@ -124,9 +124,9 @@ def check_spec(spec: dict, nproc: int) -> dict:
     from cpcourse.support.layout import divisors
 
     info = arch_info(spec["arch"])
-    require(spec["method"] in METHODS, f"--method must be one of {', '.join(METHODS)}, got "
+    require(spec["method"] in METHODS, f"method must be one of {', '.join(METHODS)}, got "
             f"{spec['method']!r}")
-    require(spec.get("dtype", "float32") in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
+    require(spec.get("dtype", "float32") in DTYPES, f"dtype must be one of {', '.join(DTYPES)}")
     frames, height, width = spec.get("frames", 5), spec.get("height", 8), spec.get("width", 8)
     check_size(info.id, frames, height, width)
     n_tok, _ = tokens(info.id, frames, height, width)
@@ -143,15 +143,15 @@ def check_spec(spec: dict, nproc: int) -> dict:
             require(not info.guidance_distilled, f"{info.id} is guidance-distilled (one forward "
                     "per step, no CFG pair): use cfg=1")
             require(spec.get("sample_steps"), "cfg=2 splits the CFG pair of a denoising step "
-                    "over two ranks: add --sample-steps N")
+                    "over two ranks: add sample_steps=N")
         require(frames >= lay.cp, f"ring x ulysses = {lay.cp} ranks split the {frames} latent "
-                f"frames: give --frames {lay.cp} or more")
+                f"frames: give frames={lay.cp} or more")
         return {"tokens": n_tok}
     require(frames >= nproc, f"CP splits the {frames} latent frames over {nproc} ranks: give "
-            f"--frames {nproc} or more, or use fewer ranks")
+            f"frames={nproc} or more, or use fewer ranks")
     u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
     if spec["method"] == "usp" and u is not None:
-        require(nproc % u == 0, f"--ulysses {u} must divide --nproc {nproc}: choose one of "
+        require(nproc % u == 0, f"ulysses {u} must divide nproc={nproc}: choose one of "
                 f"{', '.join(map(str, divisors(nproc)))}")
     if u is not None:
         check_ulysses(heads, u, nproc, what=f"the tiny {info.id}'s")

@@ -28,10 +28,10 @@ MAX_GPUS = 1 << 20
 
 def tokens_per_rank(tokens: int, cp: int) -> int:
     """The largest shard when `tokens` are planned over `cp` GPUs: ceil(tokens / cp), checked."""
-    tokens, cp = positive_int("--tokens", tokens), positive_int("--cp", cp)
-    require(cp <= MAX_GPUS, f"--cp {cp} is more GPUs than any cluster has: use {MAX_GPUS} or fewer")
-    require(cp <= tokens, f"--cp {cp} is larger than the {tokens} tokens to split: "
-            f"use --cp {tokens} or fewer")
+    tokens, cp = positive_int("tokens", tokens), positive_int("cp", cp)
+    require(cp <= MAX_GPUS, f"cp {cp} is more GPUs than any cluster has: use {MAX_GPUS} or fewer")
+    require(cp <= tokens, f"cp {cp} is larger than the {tokens} tokens to split: "
+            f"use cp={tokens} or fewer")
     return -(-tokens // cp)
 
 
@@ -55,11 +55,11 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
     replicated on every CP rank: CP divides activations, never weights.
     """
     b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
-    hidden, heads = positive_int("--hidden", hidden), positive_int("--heads", heads)
-    require(hidden % heads == 0, f"--hidden {hidden} is not divisible by --heads {heads}: "
+    hidden, heads = positive_int("hidden", hidden), positive_int("heads", heads)
+    require(hidden % heads == 0, f"hidden {hidden} is not divisible by heads={heads}: "
             "pick heads that divide the hidden width")
-    cfg_batch = positive_int("--cfg-batch", cfg_batch)
-    ffn = 4 * hidden if ffn is None else positive_int("--ffn", ffn)
+    cfg_batch = positive_int("cfg_batch", cfg_batch)
+    ffn = 4 * hidden if ffn is None else positive_int("ffn", ffn)
     local = tokens_per_rank(tokens, cp)
     per_token_act = hidden + 3 * hidden + hidden + ffn  # x, q/k/v, attention out, MLP hidden
     out = {
@@ -82,19 +82,19 @@ def memory(tokens: int, hidden: int, heads: int, *, dtype: str = "bf16", cp: int
         "ring_kv_buffer_bytes_per_rank": 2 * 2 * local * hidden * b * cfg_batch,
     }
     if params_b is not None:
-        weights = int(positive_float("--params-b", params_b, high=1e6) * 1e9 * b)
+        weights = int(positive_float("params_b", params_b, high=1e6) * 1e9 * b)
         out["weights_bytes"] = weights
         out["per_gpu_bytes"] = (weights + out["activation_bytes_per_layer_per_rank"]
                                 + out["ring_kv_buffer_bytes_per_rank"])
     if layers is not None:
-        out["layers"] = positive_int("--layers", layers)
+        out["layers"] = positive_int("layers", layers)
     return out
 
 
 def _rate(gpu: str, attention_efficiency: float | None) -> tuple[float, dict]:
     g = get_gpu(gpu)
     eff = g.attention_efficiency if attention_efficiency is None else attention_efficiency
-    require(1e-3 <= eff <= 1, f"--attn-efficiency must be in [0.001, 1], got {eff}")
+    require(1e-3 <= eff <= 1, f"attention_efficiency must be in [0.001, 1], got {eff}")
     return g.attention_flops(eff), {
         "gpu": g.id, "gpu_bf16_tflops": g.bf16_tflops, "attention_efficiency": eff,
         "attention_efficiency_source": (g.efficiency_source if attention_efficiency is None
@@ -106,7 +106,7 @@ def _rate(gpu: str, attention_efficiency: float | None) -> tuple[float, dict]:
 def _bandwidth(link: str | None, bandwidth_gbps: float | None,
                link_efficiency: float | None) -> tuple[float, dict]:
     if (link is None) == (bandwidth_gbps is None):
-        raise InputError("give exactly one of --link NAME or --bandwidth GBps")
+        raise InputError("give exactly one of `link` (a name) or `bandwidth_gbps`")
     if link is not None:
         lk = get_link(link)
         eff = lk.efficiency if link_efficiency is None else link_efficiency
@@ -114,9 +114,9 @@ def _bandwidth(link: str | None, bandwidth_gbps: float | None,
     else:
         # A bandwidth given by hand is taken at face value unless an efficiency is given too.
         eff = 1.0 if link_efficiency is None else link_efficiency
-        gbps = positive_float("--bandwidth", bandwidth_gbps, low=1e-3, high=1e6)
+        gbps = positive_float("bandwidth_gbps", bandwidth_gbps, low=1e-3, high=1e6)
         info = {"link": None, "link_GBps": gbps}
-    require(1e-3 <= eff <= 1, f"--link-efficiency must be in [0.001, 1], got {eff}")
+    require(1e-3 <= eff <= 1, f"link_efficiency must be in [0.001, 1], got {eff}")
     info.update(link_efficiency=eff, effective_GBps=info["link_GBps"] * eff)
     return info["effective_GBps"] * 1e9, info
 
@@ -134,8 +134,9 @@ def comm(tokens: int, cp: int, heads: int, head_dim: int, *, dtype: str = "bf16"
     hides its traffic once a rank holds more than F b / (2 B) tokens.
     """
     b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
-    heads, head_dim = positive_int("--heads", heads), positive_int("--head-dim", head_dim)
-    layers, cfg_forwards = positive_int("--layers", layers), positive_int("--cfg", cfg_forwards)
+    heads, head_dim = positive_int("heads", heads), positive_int("head_dim", head_dim)
+    layers = positive_int("layers", layers)
+    cfg_forwards = positive_int("cfg_forwards", cfg_forwards)
     local = tokens_per_rank(tokens, cp)
     hops = cp - 1
     flops, rate_info = _rate(gpu, attention_efficiency)

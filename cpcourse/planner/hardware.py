@@ -216,7 +216,7 @@ def get_link(link_id: str) -> Link:
            "nvlink": "nvlink4"}.get(key, key)
     if key not in table:
         raise InputError(f"unknown link {link_id!r}: use one of {', '.join(table)}, "
-                         "or give --bandwidth GBps")
+                         "or give `bandwidth_gbps`")
     return table[key]
 
 

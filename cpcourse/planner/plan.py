@@ -137,18 +137,18 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     (`cpcourse.planner.pipeline_memory`)."""
     m = get_model(model_id)
     tok = model_tokens(model_id, height, width, frames)
-    gpus, nodes = positive_int("--gpus", gpus), positive_int("--nodes", nodes)
-    require(gpus <= MAX_GPUS, f"--gpus {gpus} is more GPUs than any cluster has: "
+    gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
+    require(gpus <= MAX_GPUS, f"gpus {gpus} is more GPUs than any cluster has: "
             f"use {MAX_GPUS} or fewer")
-    require(gpus % nodes == 0, f"--gpus {gpus} do not split evenly over --nodes {nodes}")
-    steps = positive_int("--steps", 50 if steps is None else steps)
-    require(steps <= 10000, f"--steps {steps}: use at most 10000")
+    require(gpus % nodes == 0, f"gpus {gpus} do not split evenly over nodes={nodes}")
+    steps = positive_int("steps", 50 if steps is None else steps)
+    require(steps <= 10000, f"steps {steps}: use at most 10000")
     g = get_gpu(gpu)
     kernel = auto_kernel(g.id) if kernel == "auto" else kernel
-    require(kernel in KERNELS, f"--kernel must be auto or one of {', '.join(KERNELS)}, got "
+    require(kernel in KERNELS, f"kernel must be auto or one of {', '.join(KERNELS)}, got "
             f"{kernel!r}")
     eff, _ = kernel_efficiency(g.id, kernel)
-    require(eff is not None, f"--kernel {kernel} has no published rate on {g.arch} GPUs like the "
+    require(eff is not None, f"kernel {kernel} has no published rate on {g.arch} GPUs like the "
             f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
     per_node = gpus // nodes
     args = (m, tok, g.id)
@@ -159,7 +159,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     if layout is not None:
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
         if lay.world != gpus:
-            raise InputError(f"--layout {lay} needs {lay.world} GPUs, not --gpus {gpus}: the "
+            raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "
                              "degrees must multiply to the GPU count")
         one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",

@@ -103,20 +103,21 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
         defaults[k] if v is None else v for k, v in (
             ("frames", frames), ("height", height), ("width", width), ("steps", steps),
             ("cfg_scale", cfg_scale)))
-    nproc, frames = positive_int("--nproc", nproc), positive_int("--frames", frames)
+    nproc, frames = positive_int("nproc", nproc), positive_int("frames", frames)
     # Guidance past +-100 only blows the sample up (real models use 1 to 15).
-    cfg_scale = finite_float("--cfg-scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, f"--cfg-scale must be between -100 and 100, got {cfg_scale:g}")
+    cfg_scale = finite_float("cfg_scale", cfg_scale)
+    require(abs(cfg_scale) <= 100, f"cfg_scale must be between -100 and 100, got {cfg_scale:g}")
     require(isinstance(seed, int) and 0 <= seed < 2**63,
-            f"--seed must be a whole number in [0, 2**63), got {seed!r}")
-    require(temporal_method in TEMPORAL_METHODS, f"--temporal must be one of {TEMPORAL_METHODS}")
-    require(full_method in FULL_METHODS, f"--full must be one of {FULL_METHODS}")
-    require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
+            f"seed must be a whole number in [0, 2**63), got {seed!r}")
+    require(temporal_method in TEMPORAL_METHODS,
+            f"temporal_method must be one of {TEMPORAL_METHODS}")
+    require(full_method in FULL_METHODS, f"full_method must be one of {FULL_METHODS}")
+    require(dtype in DTYPES, f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     if layout is not None:
         layout = _layout(layout, nproc)
     cp = nproc if layout is None else layout.cp
-    require(cp <= frames, f"{'--nproc' if layout is None else 'ring x ulysses'} {cp} is more "
-            f"than the {frames} latent frames to split: use {frames} or fewer, or more --frames")
+    require(cp <= frames, f"{'`nproc`' if layout is None else 'ring x ulysses'} {cp} is more "
+            f"than the {frames} latent frames to split: use {frames} or fewer, or more `frames`")
     if path is not None:
         cfg, prompt, cond = _trained_model(trained_cfg, defaults, frames, prompt=prompt,
                                            label=label, model=model, batch=batch,
@@ -124,14 +125,14 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     else:
         cfg, cond = _random_model(prompt=prompt, label=label, model=model, attention=attention)
     _check_split(cfg, nproc, layout, full_method)
-    for name, val in (("--height", height), ("--width", width)):
+    for name, val in (("height", height), ("width", width)):
         require(positive_int(name, val) % cfg.patch == 0,
                 f"{name} {val} must be a multiple of the patch size {cfg.patch}")
         require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
                 f"use at most {64 * cfg.patch}")
-    shape = (positive_int("--batch", batch), cfg.in_channels, frames, height, width)
-    steps = positive_int("--steps", steps)
-    require(steps <= 1000, f"--steps {steps}: use at most 1000")
+    shape = (positive_int("batch", batch), cfg.in_channels, frames, height, width)
+    steps = positive_int("steps", steps)
+    require(steps <= 1000, f"steps {steps}: use at most 1000")
     return GenerateRequest(nproc=nproc, seed=seed, weights=weights, path=path, cfg=cfg,
                            shape=shape, steps=steps, cfg_scale=cfg_scale, cond=cond,
                            prompt=prompt, dtype=dtype, weight_seed=weight_seed,
@@ -144,26 +145,26 @@ def _trained_model(cfg: DiTConfig, defaults: dict, frames: int, *, prompt, label
     """The trained weights' (config, prompt, condition): their size is fixed, --prompt picks."""
     from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
 
-    require(label is None, "--label conditions the random model: the trained model takes "
-            f"--prompt ({', '.join(PROMPTS)})")
+    require(label is None, "label conditions the random model: the trained model takes "
+            f"`prompt` ({', '.join(PROMPTS)})")
     require(model is None and batch == 1, "the trained model's size is fixed by its weights "
             "and it draws one clip per run")
     require(attention in (None, cfg.attention), f"these weights were trained with "
-            f"--attention {cfg.attention}: leave --attention out (or use --weights random)")
+            f"attention={cfg.attention}: leave `attention` out (or use weights=random)")
     prompt = prompt or PROMPTS[1]
     cond = parse_prompt(prompt)
-    require(frames <= 4 * defaults["frames"], f"--frames {frames}: the model was trained on "
+    require(frames <= 4 * defaults["frames"], f"frames {frames}: the model was trained on "
             f"{defaults['frames']} frames; use at most {4 * defaults['frames']}")
     return cfg, prompt, cond
 
 
 def _random_model(*, prompt, label, model, attention) -> tuple[DiTConfig, int]:
     """The seeded random DiT's (config, label): `model` and `attention` choose its size."""
-    require(prompt is None, "--prompt needs trained weights: drop --weights random, or "
-            "condition the random model with --label")
+    require(prompt is None, "prompt needs trained weights: drop weights=random, or "
+            "condition the random model with `label`")
     cfg = DiTConfig(**{**(model or {}), "attention": attention or "factored"})
     label = 3 if label is None else label
-    require(0 <= label < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
+    require(0 <= label < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
     return cfg, label
 
 
@@ -176,16 +177,17 @@ def _check_split(cfg: DiTConfig, nproc: int, layout, full_method: str) -> None:
     elif cfg.attention == "full" and full_method == "ulysses":
         works = [p for p in range(1, cfg.heads + 1) if cfg.heads % p == 0]
         require(cfg.heads % nproc == 0,
-                f"--full ulysses splits the model's {cfg.heads} heads over the {nproc} ranks: use "
-                f"--nproc {', '.join(map(str, works))}, or --full ring (no such limit)")
+                f"full_method=ulysses splits the model's {cfg.heads} heads over the {nproc} "
+                "ranks: use "
+                f"`nproc` {', '.join(map(str, works))}, or full_method=ring (no such limit)")
 
 
 def _layout(layout, nproc: int):
     from cpcourse.support.layout import Layout
 
     layout = Layout.parse(layout) if isinstance(layout, str) else layout
-    require(layout.world == nproc, f"--layout {layout} needs {layout.world} ranks: pass --nproc "
-            f"{layout.world} (or leave --nproc out)")
+    require(layout.world == nproc, f"layout {layout} needs {layout.world} ranks: pass nproc="
+            f"{layout.world} (or leave `nproc` out)")
     return layout
 
 

@@ -97,26 +97,26 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
 
     nproc = check_nproc(nproc)
-    frames = positive_int("--frames", frames)
-    require(frames <= MAX_FRAMES, f"--frames {frames}: use at most {MAX_FRAMES}")
-    starts = window_starts(frames, positive_int("--window", window),
-                           positive_int("--stride", stride))
-    require(blend in BLENDS, f"--blend must be one of {', '.join(BLENDS)}")
-    require(noise in NOISES, f"--noise must be one of {', '.join(NOISES)}")
-    require(parallel in PARALLEL, f"--parallel must be one of {', '.join(PARALLEL)}")
-    require(dtype in DTYPES, f"--dtype must be one of {sorted(DTYPES)}")
-    cfg_scale = finite_float("--cfg-scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, "--cfg-scale must be between -100 and 100")
+    frames = positive_int("frames", frames)
+    require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
+    starts = window_starts(frames, positive_int("window", window),
+                           positive_int("stride", stride))
+    require(blend in BLENDS, f"blend must be one of {', '.join(BLENDS)}")
+    require(noise in NOISES, f"noise must be one of {', '.join(NOISES)}")
+    require(parallel in PARALLEL, f"parallel must be one of {', '.join(PARALLEL)}")
+    require(dtype in DTYPES, f"dtype must be one of {sorted(DTYPES)}")
+    cfg_scale = finite_float("cfg_scale", cfg_scale)
+    require(abs(cfg_scale) <= 100, "cfg_scale must be between -100 and 100")
     if parallel == "windows":
-        require(nproc <= len(starts), f"--parallel windows gives each rank whole windows, and "
-                f"there are {len(starts)}: use --nproc {len(starts)} or fewer, or --parallel cp")
+        require(nproc <= len(starts), f"parallel=windows gives each rank whole windows, and "
+                f"there are {len(starts)}: use nproc={len(starts)} or fewer, or parallel=cp")
     else:
-        require(nproc <= window, f"--parallel cp splits each {window}-frame window over the "
-                f"ranks: use --nproc {window} or fewer, or --parallel windows")
+        require(nproc <= window, f"parallel=cp splits each {window}-frame window over the "
+                f"ranks: use nproc={window} or fewer, or parallel=windows")
     path, trained_cfg = weights_config(weights)
     defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
-    steps = positive_int("--steps", defaults["steps"] if steps is None else steps)
-    require(steps <= 1000, f"--steps {steps}: use at most 1000")
+    steps = positive_int("steps", defaults["steps"] if steps is None else steps)
+    require(steps <= 1000, f"steps {steps}: use at most 1000")
     cfg, prompt, cond = _model_and_condition(path, trained_cfg, defaults, window, prompt, label)
     shape = (1, cfg.in_channels, frames, defaults["height"], defaults["width"])
     return LongVideoRequest(nproc=nproc, seed=seed, path=path, model=cfg.as_dict(), shape=shape,
@@ -132,15 +132,15 @@ def _model_and_condition(path, trained_cfg, defaults: dict, window: int, prompt,
 
     if path is not None:
         cfg, prompt = trained_cfg, prompt or PROMPTS[1]
-        require(label is None, "--label conditions the random model; the trained one takes "
-                "--prompt")
-        require(window <= 4 * defaults["frames"], f"--window {window}: the model was trained on"
+        require(label is None, "label conditions the random model; the trained one takes "
+                "`prompt`")
+        require(window <= 4 * defaults["frames"], f"window {window}: the model was trained on"
                 f" {defaults['frames']} frames; use at most {4 * defaults['frames']}")
         return cfg, prompt, parse_prompt(prompt)
-    require(prompt is None, "--prompt needs trained weights; the random model takes --label")
+    require(prompt is None, "prompt needs trained weights; the random model takes `label`")
     cfg = DiTConfig(attention="factored")
     cond = 3 if label is None else label
-    require(0 <= cond < cfg.num_classes, f"--label must be in [0, {cfg.num_classes})")
+    require(0 <= cond < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
     return cfg, prompt, cond
 
 

@@ -264,7 +264,7 @@ def save_weights(model: TinyVideoDiT, path: str, extra: dict) -> None:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp, metadata=meta)
         os.replace(tmp, path)
     except OSError as exc:
-        raise InputError(f"--out {path}: cannot write it ({exc.strerror or exc})") from None
+        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)

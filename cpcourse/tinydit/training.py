@@ -122,9 +122,9 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
     `progress`: a text stream for the progress bar (None: stderr when it is a terminal).
     Returns {"model", "losses" (per step), "steps", "seconds", "path"}.
     """
-    require(minutes is not None or steps is not None, "give --minutes or --steps")
-    require(minutes is None or 0 < minutes <= 24 * 60, "--minutes must be in (0, 1440]")
-    require(steps is None or steps > 0, "--steps must be positive")
+    require(minutes is not None or steps is not None, "give `minutes` or `steps`")
+    require(minutes is None or 0 < minutes <= 24 * 60, "minutes must be in (0, 1440]")
+    require(steps is None or steps > 0, "steps must be positive")
     cfg = cfg or shapes_config()
     if threads:
         torch.set_num_threads(threads)

@@ -133,7 +133,7 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
         mine, w_sizes = list(range(len(starts))), shard_sizes(window, world)
         w_rank = rank
         require(min(w_sizes) >= 1, f"CP inside a {window}-frame window needs at most {window} "
-                f"ranks, got {world}: use --parallel windows, or fewer ranks")
+                f"ranks, got {world}: use parallel=windows, or fewer ranks")
     f_off = shard_offsets(w_sizes)[w_rank]
     ctx = CPContext(group=group if world > 1 and parallel == "cp" else None, frame_offset=f_off,
                     grid=grid)

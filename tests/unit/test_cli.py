@@ -199,3 +199,21 @@ def test_generate_checks_its_files_before_starting(capsys, tmp_path):
         code, out, err = run(capsys, "generate", "--nproc", "1", *argv)
         assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)
     assert sorted(tmp_path.iterdir()) == before
+
+
+def test_library_parameters_map_to_real_flags():
+    """Library errors name parameters; the CLI turns each into a flag that some command takes."""
+    import re
+    from pathlib import Path
+
+    from cpcourse.cli import PARAM_FLAGS, as_flags
+
+    import cpcourse
+
+    src = "".join(p.read_text() for p in Path(cpcourse.__file__).parent.rglob("*.py"))
+    flags = set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", src))
+    assert not set(PARAM_FLAGS.values()) - flags
+    assert as_flags("cp 9 is larger than the 4 tokens: use cp=4 or fewer, or `nproc` 2") == \
+        "--cp 9 is larger than the 4 tokens: use --cp 4 or fewer, or --nproc 2"
+    assert as_flags("temporal_method must be one of x") == "--temporal must be one of x"
+    assert as_flags("the tokens per rank: cps=2, `cpx`") == "the tokens per rank: cps=2, `cpx`"

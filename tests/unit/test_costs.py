@@ -70,13 +70,14 @@ def test_ulysses_moves_p_over_2_less_than_the_ring():
 
 
 @pytest.mark.parametrize("call, words", [
-    (lambda: costs.comm(4, 8, 2, 64, link="nvlink4"), "--cp 8 is larger than the 4 tokens"),
-    (lambda: costs.comm(100, 2, 2, 64), "exactly one of --link"),
+    (lambda: costs.comm(4, 8, 2, 64, link="nvlink4"),
+     "^cp 8 is larger than the 4 tokens to split: use cp=4"),
+    (lambda: costs.comm(100, 2, 2, 64), "exactly one of `link`"),
     (lambda: costs.comm(100, 2, 2, 64, link="carrier-pigeon"), "unknown link"),
     (lambda: costs.comm(100, 2, 2, 64, link="pcie5", gpu="tpu"), "unknown GPU"),
-    (lambda: costs.memory(100, 100, 3), "not divisible by --heads"),
+    (lambda: costs.memory(100, 100, 3), "not divisible by heads=3"),
     (lambda: costs.memory(100, 96, 3, dtype="fp8"), "dtype must be one of"),
-    (lambda: costs.memory(-5, 96, 3), "--tokens must be > 0"),
+    (lambda: costs.memory(-5, 96, 3), "^tokens must be > 0"),
 ])
 def test_bad_input(call, words):
     with pytest.raises(InputError, match=words):

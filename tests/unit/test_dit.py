@@ -1,9 +1,11 @@
 """The tiny video DiT in one process: shapes, patchify, float32 vs float64, the memory ledger."""
 
+import re
+
 import pytest
 import torch
 
-from cpcourse.cli.generate import main
+from cpcourse.cli import main as cli_main
 from cpcourse.support.errors import InputError
 from cpcourse.tinydit.costs import peak_phase, phase_elements, predicted_peak_bytes
 from cpcourse.tinydit.model import DiTConfig, build_model, patchify, unpatchify
@@ -55,9 +57,27 @@ def test_memory_ledger_scales_with_tokens_per_rank():
 @pytest.mark.parametrize("argv,match", [
     (["--nproc", "9"], "more than the 8 latent frames"),
     (["--height", "7"], "multiple of the patch"),
-    (["--label", "10"], "--label"),
-    (["--nproc", "0"], "--nproc"),
+    (["--label", "10"], "^cpcourse: error: --label conditions the random model: the trained "
+                        "model takes --prompt"),
+    (["--nproc", "0"], "--nproc must be > 0"),
 ])
-def test_generate_bad_input_is_one_clear_error(argv, match):
-    with pytest.raises(InputError, match=match):
-        main(argv)
+def test_generate_bad_input_is_one_clear_error(argv, match, capsys):
+    # The library's message names the parameter (nproc); the command line's names the flag.
+    assert cli_main(["generate", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cpcourse: error: ") and "\n" not in err
+    assert re.search(match, err), err
+
+
+@pytest.mark.parametrize("kwargs,match", [
+    ({"nproc": 0}, "^nproc must be > 0"),
+    ({"nproc": 2, "full_method": "zigzag"}, "^full_method must be one of"),
+    ({"nproc": 2, "weights": "random", "prompt": "circle-left"},
+     "^prompt needs trained weights: drop weights=random"),
+])
+def test_library_errors_name_the_parameter_not_the_flag(kwargs, match):
+    from cpcourse.runs.generate import check_request
+
+    with pytest.raises(InputError, match=match) as err:
+        check_request(**kwargs)
+    assert "--" not in str(err.value)

@@ -167,7 +167,7 @@ def test_inside_torchrun_nproc_must_be_the_world_size(torchrun_env, capsys):
 
     torchrun_env(1, 4)
     with pytest.raises(InputError, match="running as rank 1 of a torchrun world of 4: pass "
-                                         "--nproc 4"):
+                                         "nproc=4"):
         L.launch("cpcourse.launch.entry:rank_info", 2)
     assert not dist.is_initialized()  # refused before any process group
     code = cli.main(["demo", "--nproc", "2", "--json", "--seq-len", "8"])
