@@ -107,8 +107,7 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     # Guidance past +-100 only blows the sample up (real models use 1 to 15).
     cfg_scale = finite_float("cfg_scale", cfg_scale)
     require(abs(cfg_scale) <= 100, f"cfg_scale must be between -100 and 100, got {cfg_scale:g}")
-    require(isinstance(seed, int) and 0 <= seed < 2**63,
-            f"seed must be a whole number in [0, 2**63), got {seed!r}")
+    seed = seed_int("seed", seed)
     require(temporal_method in TEMPORAL_METHODS,
             f"temporal_method must be one of {TEMPORAL_METHODS}")
     require(full_method in FULL_METHODS, f"full_method must be one of {FULL_METHODS}")
@@ -125,11 +124,7 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     else:
         cfg, cond = _random_model(prompt=prompt, label=label, model=model, attention=attention)
     _check_split(cfg, nproc, layout, full_method)
-    for name, val in (("height", height), ("width", width)):
-        require(positive_int(name, val) % cfg.patch == 0,
-                f"{name} {val} must be a multiple of the patch size {cfg.patch}")
-        require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
-                f"use at most {64 * cfg.patch}")
+    check_frame_size(cfg, height, width)
     shape = (positive_int("batch", batch), cfg.in_channels, frames, height, width)
     steps = positive_int("steps", steps)
     require(steps <= 1000, f"steps {steps}: use at most 1000")
@@ -138,6 +133,15 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
                            prompt=prompt, dtype=dtype, weight_seed=weight_seed,
                            temporal_method=temporal_method, full_method=full_method,
                            layout=layout)
+
+
+def check_frame_size(cfg: DiTConfig, height, width) -> None:
+    """A frame size the tiny DiT takes: whole patches, at most 64 patches a side."""
+    for name, val in (("height", height), ("width", width)):
+        require(positive_int(name, val) % cfg.patch == 0,
+                f"{name} {val} must be a multiple of the patch size {cfg.patch}")
+        require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
+                f"use at most {64 * cfg.patch}")
 
 
 def _trained_model(cfg: DiTConfig, defaults: dict, frames: int, *, prompt, label, model, batch,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.support.errors import finite_float, positive_int, require
+from cpcourse.support.errors import finite_float, positive_int, require, seed_int
 from cpcourse.tinydit.windows import (
     BLENDS,
     NOISES,
@@ -65,7 +65,8 @@ class LongVideoRequest:
 
 
 def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: str = "shipped",
-             frames: int = 32, window: int = 8, stride: int = 4, blend: str = "pyramid",
+             frames: int = 32, height: int | None = None, width: int | None = None,
+             window: int = 8, stride: int = 4, blend: str = "pyramid",
              noise: str = "independent", parallel: str = "windows", steps: int | None = None,
              cfg_scale: float = 4.0, label: int | None = None, dtype: str = "fp32",
              compare: bool = False, timeout: float = 300.0, stream=False) -> dict:
@@ -74,7 +75,7 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
     from cpcourse.launch import launch
 
     request = check_request(nproc, seed, prompt=prompt, weights=weights, frames=frames,
-                            window=window, stride=stride, blend=blend, noise=noise,
+                            height=height, width=width, window=window, stride=stride, blend=blend, noise=noise,
                             parallel=parallel, steps=steps, cfg_scale=cfg_scale, label=label,
                             dtype=dtype)
     results = launch("cpcourse.tinydit.windows:windows_rank", request.nproc, timeout=timeout,
@@ -89,14 +90,15 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
 
 
 def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", frames=32,
-                  window=8, stride=4, blend="pyramid", noise="independent", parallel="windows",
+                  height=None, width=None, window=8, stride=4, blend="pyramid", noise="independent", parallel="windows",
                   steps=None, cfg_scale=4.0, label=None, dtype="fp32") -> LongVideoRequest:
     """`run_long`'s arguments as a `LongVideoRequest`, or an InputError naming the flag."""
     from cpcourse.launch import check_nproc
+    from cpcourse.runs.generate import check_frame_size
     from cpcourse.tinydit.sampling import DTYPES
     from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
 
-    nproc = check_nproc(nproc)
+    nproc, seed = check_nproc(nproc), seed_int("seed", seed)
     frames = positive_int("frames", frames)
     require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
     starts = window_starts(frames, positive_int("window", window),
@@ -118,7 +120,10 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     steps = positive_int("steps", defaults["steps"] if steps is None else steps)
     require(steps <= 1000, f"steps {steps}: use at most 1000")
     cfg, prompt, cond = _model_and_condition(path, trained_cfg, defaults, window, prompt, label)
-    shape = (1, cfg.in_channels, frames, defaults["height"], defaults["width"])
+    height = defaults["height"] if height is None else height
+    width = defaults["width"] if width is None else width
+    check_frame_size(cfg, height, width)
+    shape = (1, cfg.in_channels, frames, height, width)
     return LongVideoRequest(nproc=nproc, seed=seed, path=path, model=cfg.as_dict(), shape=shape,
                             starts=starts, window=window, stride=stride, blend=blend,
                             noise=noise, parallel=parallel, steps=steps, cfg_scale=cfg_scale,

@@ -62,6 +62,13 @@ def finite_float(name: str, value) -> float:
     return value
 
 
+def seed_int(name: str, value) -> int:
+    """A seed torch's generators take: a whole number in [0, 2**63)."""
+    require(isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63,
+            f"{name} must be a whole number in [0, 2**63), got {value!r}")
+    return value
+
+
 class ArgumentParser(argparse.ArgumentParser):
     """argparse for every `cpcourse` command: a usage error is an InputError (one line, exit 2
     from the command line) instead of a usage dump and SystemExit."""

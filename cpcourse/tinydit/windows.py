@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.support.bytecount import count_bytes
-from cpcourse.support.errors import require
+from cpcourse.support.errors import finite_float, positive_int, require, seed_int
 from cpcourse.support.groups import tracked
 from cpcourse.support.shards import shard_offsets, shard_sizes
 from cpcourse.tinydit.model import CPContext, patchify, unpatchify
@@ -71,11 +71,28 @@ def blend_weights(window: int, blend: str = "pyramid") -> torch.Tensor:
 
 
 def frame_weights(frames: int, starts: list[int], window: int, blend: str = "pyramid"):
-    """`[K, frames]` float64: window k's weight on each frame, 0 outside it; columns sum to 1."""
+    """`[K, frames]` float64: window k's weight on each frame, 0 outside it; columns sum to 1.
+
+    Every window must lie inside the video and every frame be covered by one (as
+    `window_starts` makes them): an uncovered frame would have no prediction to take.
+    """
+    frames, window = positive_int("frames", frames), positive_int("window", window)
+    require(window <= frames, f"a window of {window} frames is longer than the {frames}-frame "
+            "video")
+    require(len(starts) > 0, "starts is empty: give at least one window start "
+            "(window_starts makes them)")
+    for s in starts:
+        require(isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= frames - window,
+                f"window start {s!r} is outside the video: starts must be whole numbers in "
+                f"[0, {frames - window}]")
     w = torch.zeros(len(starts), frames, dtype=torch.float64)
     for k, s in enumerate(starts):
         w[k, s:s + window] = blend_weights(window, blend)
-    return w / w.sum(dim=0, keepdim=True)
+    cover = w.sum(dim=0, keepdim=True)
+    gaps = (cover[0] == 0).nonzero().flatten().tolist()
+    require(not gaps, f"frames {gaps[:8]} are in no window: add window starts that cover them "
+            "(window_starts covers every frame)")
+    return w / cover
 
 
 def reschedule_noise(noise: torch.Tensor, window: int, stride: int, seed: int) -> torch.Tensor:
@@ -85,6 +102,9 @@ def reschedule_noise(noise: torch.Tensor, window: int, stride: int, seed: int) -
     frames window frames earlier, so every window starts from the same handful of noise frames
     in a different order. `noise` `[B, C, T, H, W]` -> a new tensor of the same shape.
     """
+    require(noise.dim() == 5, f"noise must be [B, C, T, H, W], got shape {tuple(noise.shape)}")
+    window, stride = positive_int("window", window), positive_int("stride", stride)
+    seed = seed_int("seed", seed)
     out = noise.clone()
     gen = torch.Generator().manual_seed(seed + 104729)
     for f in range(window, noise.shape[2], stride):
@@ -118,6 +138,8 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     of one window's forward (`window_peak_bytes`, measured once, which slows that forward).
     """
     require(parallel in PARALLEL, f"parallel must be one of {PARALLEL}, got {parallel!r}")
+    steps, cfg_scale = positive_int("steps", steps), finite_float("cfg_scale", cfg_scale)
+    require(noise.dim() == 5, f"noise must be [B, C, T, Hl, Wl], got shape {tuple(noise.shape)}")
     cfg = model.cfg
     b, c, frames, hl, wl = noise.shape
     grid = (hl // cfg.patch, wl // cfg.patch)

@@ -86,6 +86,32 @@ def test_freenoise_reuses_earlier_noise():
         assert any(torch.equal(out[:, :, f], noise[:, :, g]) for g in range(4))
 
 
+@pytest.mark.parametrize("call,words", [
+    (lambda: frame_weights(8, [0], 4), r"frames \[4, 5, 6, 7\] are in no window"),
+    (lambda: frame_weights(8, [], 4), "starts is empty"),
+    (lambda: frame_weights(8, [5], 4), "outside the video"),
+    (lambda: frame_weights(8, [0], 0), "window must be > 0"),
+    (lambda: reschedule_noise(initial_noise((1, 3, 8, 4, 4), 0), 0, 2, 0), "window must be"),
+    (lambda: reschedule_noise(initial_noise((1, 3, 8, 4, 4), 0), 4, -1, 0), "stride must be"),
+    (lambda: reschedule_noise(torch.zeros(3, 8), 4, 2, 0), r"noise must be \[B, C, T"),
+])
+def test_windows_helpers_refuse_what_they_cannot_answer(call, words):
+    with pytest.raises(InputError, match=words):
+        call()
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"steps": 0}, "steps must be > 0"), ({"steps": -1}, "steps must be > 0"),
+    ({"cfg_scale": float("nan")}, "cfg_scale must be finite"),
+    ({"cfg_scale": float("inf")}, "cfg_scale must be finite"),
+])
+def test_sample_windows_refuses_no_steps_and_nan_guidance(tiny, kwargs, words):
+    noise = initial_noise((1, 3, 8, 8, 8), 0)
+    args = {"steps": 2, "cfg_scale": 4.0, **kwargs}
+    with pytest.raises(InputError, match=words):
+        sample_windows(tiny, noise, (0, 1), args["steps"], args["cfg_scale"], window=4, stride=2)
+
+
 def test_seam_metric_sees_a_jump():
     t = torch.arange(12, dtype=torch.float64)
     clip = (t / 12).view(12, 1, 1, 1).expand(12, 3, 4, 4).clone()
