@@ -206,9 +206,8 @@ def test_library_parameters_map_to_real_flags():
     import re
     from pathlib import Path
 
-    from cpcourse.cli import PARAM_FLAGS, as_flags
-
     import cpcourse
+    from cpcourse.cli import PARAM_FLAGS, as_flags
 
     src = "".join(p.read_text() for p in Path(cpcourse.__file__).parent.rglob("*.py"))
     flags = set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", src))
