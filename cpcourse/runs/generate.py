@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.support.errors import finite_float, positive_int, require
+from cpcourse.support.errors import finite_float, positive_int, require, seed_int
 from cpcourse.tinydit.model import DiTConfig
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
@@ -95,7 +95,7 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
                   height=None, width=None, batch=1, steps=None, cfg_scale=None, label=None,
                   attention=None, temporal_method="all_to_all", full_method="ring",
                   dtype="fp32", weight_seed=0, model=None, layout=None) -> GenerateRequest:
-    """`run_generate`'s arguments as a `GenerateRequest`, or an InputError naming the flag.
+    """`run_generate`'s arguments as a `GenerateRequest`, or an InputError naming the parameter.
     Unset sizes, steps and guidance take the weights' defaults; the weights file is read here."""
     path, trained_cfg = weights_config(weights)
     defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS

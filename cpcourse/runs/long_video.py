@@ -75,9 +75,9 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
     from cpcourse.launch import launch
 
     request = check_request(nproc, seed, prompt=prompt, weights=weights, frames=frames,
-                            height=height, width=width, window=window, stride=stride, blend=blend, noise=noise,
-                            parallel=parallel, steps=steps, cfg_scale=cfg_scale, label=label,
-                            dtype=dtype)
+                            height=height, width=width, window=window, stride=stride,
+                            blend=blend, noise=noise, parallel=parallel, steps=steps,
+                            cfg_scale=cfg_scale, label=label, dtype=dtype)
     results = launch("cpcourse.tinydit.windows:windows_rank", request.nproc, timeout=timeout,
                      args=(request.rank_spec(),), stream=stream)
     latents, clip, report = build_report(request, results)
@@ -90,9 +90,10 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
 
 
 def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", frames=32,
-                  height=None, width=None, window=8, stride=4, blend="pyramid", noise="independent", parallel="windows",
-                  steps=None, cfg_scale=4.0, label=None, dtype="fp32") -> LongVideoRequest:
-    """`run_long`'s arguments as a `LongVideoRequest`, or an InputError naming the flag."""
+                  height=None, width=None, window=8, stride=4, blend="pyramid",
+                  noise="independent", parallel="windows", steps=None, cfg_scale=4.0, label=None,
+                  dtype="fp32") -> LongVideoRequest:
+    """`run_long`'s arguments as a `LongVideoRequest`, or an InputError naming the parameter."""
     from cpcourse.launch import check_nproc
     from cpcourse.runs.generate import check_frame_size
     from cpcourse.tinydit.sampling import DTYPES
