@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 
+from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.models.build import ARCHS
 from cpcourse.models.compare import DTYPES
 from cpcourse.models.parallel import METHODS
@@ -52,8 +53,30 @@ def build_parser():
     return p
 
 
+# Where each flag acts: every flag once (see cpcourse.cli.modes).
+MODE_FLAGS = {"arch": ALWAYS, "nproc": ALWAYS, "layout": ALWAYS, "method": "no_layout",
+              "ulysses": "usp", "ring_mode": "ring", "frames": ALWAYS, "height": ALWAYS,
+              "width": ALWAYS, "batch": ALWAYS, "dtype": ALWAYS, "seed": ALWAYS,
+              "sample_steps": ALWAYS, "cfg_scale": "sampling", "shard_io": "one_forward",
+              "repeat": ALWAYS, "compare": ALWAYS, "timeout": ALWAYS, "json": ALWAYS}
+
+
+def mode_conditions(args) -> dict[str, tuple[bool, str]]:
+    """Which of MODE_FLAGS' conditions these arguments meet, and what each needs."""
+    layout, method, sampling = args.layout is not None, args.method, args.sample_steps is not None
+    return {"no_layout": (not layout, "no --layout (a layout sets the ring and Ulysses degrees)"),
+            "usp": (method == "usp" and not layout, "--method usp (the Ulysses group size)"),
+            "ring": (method in ("ring", "usp") or layout, "a ring: --method ring or usp, or a "
+                     "--layout"),
+            "sampling": (sampling, "--sample-steps N (one forward takes no guidance)"),
+            "one_forward": (not sampling, "one forward: the sampler gathers its frames "
+                            "itself, so drop --sample-steps")}
+
+
 def main(argv: list[str]) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
     require(args.arch in ARCHS, f"--arch must be one of {', '.join(ARCHS)}, got {args.arch!r}")
     steps = args.sample_steps
     if steps is not None:

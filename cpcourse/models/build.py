@@ -161,6 +161,13 @@ def check_size(arch: str, frames: int, height: int, width: int) -> None:
     require(height % ph == 0 and width % ph == 0,
             f"{arch} cuts latents into {ph} x {ph} patches: height and width must be multiples "
             f"of {ph}, got {height} x {width}")
+    if "rope_max_seq_len" in cfg:  # Wan's rotary table: positions 0 .. max - 1 on each axis
+        most = cfg["rope_max_seq_len"]
+        grid = {"frames": frames // p[0], "height": height // ph, "width": width // ph}
+        over = [f"{name} {n} ({grid[name]} positions)" for name, n in
+                (("frames", frames), ("height", height), ("width", width)) if grid[name] > most]
+        require(not over, f"the tiny {arch}'s rotary table covers {most} positions per axis: "
+                f"{', '.join(over)} is too large")
     if arch == "cogvideox":
         require(height <= cfg["sample_height"] and width <= cfg["sample_width"],
                 f"the tiny cogvideox's rotary grid covers at most {cfg['sample_height']} x "

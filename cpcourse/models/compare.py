@@ -120,10 +120,16 @@ def check_spec(spec: dict, nproc: int) -> dict:
     """Everything a launch would only find out inside the ranks, checked here: one clear line."""
     from cpcourse.models.build import arch_info, check_size, tokens
     from cpcourse.models.parallel import METHODS, check_ulysses
-    from cpcourse.support.errors import require
+    from cpcourse.support.errors import finite_float, positive_int, require, seed_int
     from cpcourse.support.layout import divisors
 
     info = arch_info(spec["arch"])
+    seed_int("seed", spec.get("seed", 0))
+    cfg_scale = finite_float("cfg_scale", spec.get("cfg_scale", 5.0))
+    # Guidance past +-100 only blows the sample up (real models use 1 to 15), in fp16 to inf.
+    require(abs(cfg_scale) <= 100, f"cfg_scale must be between -100 and 100, got {cfg_scale:g}")
+    if spec.get("ulysses") is not None:
+        positive_int("ulysses", spec["ulysses"])
     require(spec["method"] in METHODS, f"method must be one of {', '.join(METHODS)}, got "
             f"{spec['method']!r}")
     require(spec.get("dtype", "float32") in DTYPES, f"dtype must be one of {', '.join(DTYPES)}")
@@ -139,6 +145,9 @@ def check_spec(spec: dict, nproc: int) -> dict:
         lay = check_layout(Layout(**spec["layout"]), nproc, heads)
         require(lay.tp == 1 or info.id in ("wan", "wan2.2"), f"tensor parallel in "
                 f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
+        ffn = {**info.tiny, **spec.get("config", {})}.get("ffn_dim", 0)
+        require(ffn % lay.tp == 0, f"tp={lay.tp} splits the tiny {info.id}'s {ffn} MLP columns:"
+                f" use tp in {', '.join(str(d) for d in divisors(ffn) if heads % d == 0)}")
         if lay.cfg == 2:
             require(not info.guidance_distilled, f"{info.id} is guidance-distilled (one forward "
                     "per step, no CFG pair): use cfg=1")
