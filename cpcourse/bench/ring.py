@@ -89,11 +89,7 @@ def bench_rank(spec: dict) -> dict:
     import torch
     import torch.distributed as dist
 
-    from cpcourse.attention import attention_with_lse
-    from cpcourse.ring import ring_attention
-    from cpcourse.support.peak_memory import peak_memory
     from cpcourse.support.shards import shard
-    from cpcourse.ulysses import ulysses_attention
 
     rank, world = dist.get_rank(), dist.get_world_size()
     g = torch.Generator().manual_seed(0)
@@ -101,6 +97,35 @@ def bench_rank(spec: dict) -> dict:
     whole = [torch.randn(shape, generator=g) for _ in range(3)]
     mine = [shard(x, rank, world) for x in whole]
     stats: dict[str, list] = {}
+    methods = _methods(rank, world, whole, mine, stats)
+    skipped = {m: "not selected (--methods)" for m in METHODS if m not in spec["methods"]}
+    if spec["heads"] % world:
+        skipped["ulysses"] = f"{spec['heads']} heads are not divisible by P={world}"
+    if spec["seq_len"] % world:
+        skipped["torch_cp"] = "L % P != 0: torch's context_parallel aborts on uneven shards"
+    active = [m for m in METHODS if m not in skipped]
+    outputs, peaks, first, times, kept = _measure(spec, active, methods, whole, world, stats)
+    errors = _errors(spec, world, outputs) if rank == 0 else {}
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    steps = {}
+    for name, runs in kept.items():  # the stats of the run whose time was the median
+        order = sorted(range(len(runs)), key=lambda i: times[name][i])
+        steps[name] = runs[order[len(order) // 2]]
+    layout = None
+    if "torch_cp" in outputs:
+        layout = "sequence" if outputs["torch_cp"].shape[1] == spec["heads"] else "heads"
+    return {"rank": rank, "seconds": medians, "all_seconds": times, "peak_bytes": peaks,
+            "first_call_seconds": first, "max_abs_diff_vs_fused": errors, "steps": steps,
+            "skipped": skipped, "torch_cp_output_layout": layout}
+
+
+def _methods(rank: int, world: int, whole: list, mine: list, stats: dict) -> dict:
+    """Each method as (prepare or None, run): run(state) is the call that is timed."""
+    import torch
+
+    from cpcourse.attention import attention_with_lse
+    from cpcourse.ring import ring_attention
+    from cpcourse.ulysses import ulysses_attention
 
     def ring(mode):
         def run(_state):
@@ -117,17 +142,21 @@ def bench_rank(spec: dict) -> dict:
         finally:
             torch.set_num_threads(1)
 
-    methods = {"ring_overlap": ring("overlap"), "ring_blocking": ring("blocking"),
-               "allgather": (None, lambda _s: ring_attention(*mine, mode="allgather")),
-               "ulysses": (None, lambda _s: ulysses_attention(*mine)),
-               "torch_cp": (_torch_cp_prepare, lambda s: s[1](*s[2])),
-               "fused": (None, fused)}
-    skipped = {m: "not selected (--methods)" for m in METHODS if m not in spec["methods"]}
-    if spec["heads"] % world:
-        skipped["ulysses"] = f"{spec['heads']} heads are not divisible by P={world}"
-    if spec["seq_len"] % world:
-        skipped["torch_cp"] = "L % P != 0: torch's context_parallel aborts on uneven shards"
-    active = [m for m in METHODS if m not in skipped]
+    return {"ring_overlap": ring("overlap"), "ring_blocking": ring("blocking"),
+            "allgather": (None, lambda _s: ring_attention(*mine, mode="allgather")),
+            "ulysses": (None, lambda _s: ulysses_attention(*mine)),
+            "torch_cp": (_torch_cp_prepare, lambda s: s[1](*s[2])),
+            "fused": (None, fused)}
+
+
+def _measure(spec: dict, active: list, methods: dict, whole: list, world: int,
+             stats: dict) -> tuple:
+    """Warm up, measure memory, then time `repeats` interleaved rounds: (outputs, peaks,
+    first-call seconds, every round's seconds, the ring runs' step stats per round)."""
+    import torch
+    import torch.distributed as dist
+
+    from cpcourse.support.peak_memory import peak_memory
 
     def once(name, measure_memory=False):
         prepare, run = methods[name]
@@ -158,28 +187,25 @@ def bench_rank(spec: dict) -> dict:
                 times[name].append(once(name)[1])
                 if name in kept:
                     kept[name].append(stats[name])
+    return outputs, peaks, first, times, kept
+
+
+def _errors(spec: dict, world: int, outputs: dict) -> dict:
+    """Rank 0's max abs difference of each method against the fused output over the whole
+    sequence, on rank 0's part."""
+    from cpcourse.support.shards import shard
+
     errors = {}
-    if rank == 0:  # against the fused output over the whole sequence, on rank 0's part
-        full, hp = outputs["fused"], spec["heads"] // world
-        for name, out in outputs.items():
-            if name == "fused":
-                want = full
-            elif out.shape[1] == spec["heads"]:  # a sequence shard (ours)
-                want = shard(full, 0, world)
-            else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
-                want = full[:, :hp]
-            errors[name] = float((out - want).abs().max()) if out.numel() else 0.0
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    steps = {}
-    for name, runs in kept.items():  # the stats of the run whose time was the median
-        order = sorted(range(len(runs)), key=lambda i: times[name][i])
-        steps[name] = runs[order[len(order) // 2]]
-    layout = None
-    if "torch_cp" in outputs:
-        layout = "sequence" if outputs["torch_cp"].shape[1] == spec["heads"] else "heads"
-    return {"rank": rank, "seconds": medians, "all_seconds": times, "peak_bytes": peaks,
-            "first_call_seconds": first, "max_abs_diff_vs_fused": errors, "steps": steps,
-            "skipped": skipped, "torch_cp_output_layout": layout}
+    full, hp = outputs["fused"], spec["heads"] // world
+    for name, out in outputs.items():
+        if name == "fused":
+            want = full
+        elif out.shape[1] == spec["heads"]:  # a sequence shard (ours)
+            want = shard(full, 0, world)
+        else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
+            want = full[:, :hp]
+        errors[name] = float((out - want).abs().max()) if out.numel() else 0.0
+    return errors
 
 
 _MESHES: dict = {}

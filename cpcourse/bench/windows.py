@@ -44,12 +44,9 @@ def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):
             "seam_ratio_per_seed": ratios, "one_object_fraction": statistics.mean(present)}
 
 
-def main(argv: list[str]) -> int:
-    from cpcourse.support.peak_memory import peak_memory
-    from cpcourse.tinydit.moving_shapes import parse_prompt
-    from cpcourse.tinydit.sampling import initial_noise, sample
-    from cpcourse.tinydit.training import SAMPLE_STEPS, load_shapes_model
-    from cpcourse.tinydit.windows import STATE_COPIES, sample_windows
+def _parse(argv: list[str]):
+    """The arguments, checked: (args, window, stride, seeds, steps)."""
+    from cpcourse.tinydit.training import SAMPLE_STEPS
 
     p = ArgumentParser(prog="cpcourse bench windows", description=__doc__.split("\n")[0])
     p.add_argument("--window", type=int, default=8)
@@ -66,9 +63,16 @@ def main(argv: list[str]) -> int:
     require(len(seeds) <= 32, "--seeds: use at most 32")
     steps = positive_int("--steps", args.steps)
     require(steps <= 100, "--steps: use at most 100")
-    model, label = load_shapes_model(), parse_prompt(args.prompt)
-    report = {"window": window, "stride": stride, "steps": steps, "prompt": args.prompt,
-              "lengths": []}
+    return args, window, stride, seeds, steps
+
+
+def _lengths(model, label, window: int, stride: int, steps: int) -> list[dict]:
+    """Memory and seconds at 1x, 2x and 4x the window, windowed and one-shot."""
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.sampling import initial_noise, sample
+    from cpcourse.tinydit.windows import STATE_COPIES, sample_windows
+
+    rows = []
     warm = initial_noise((1, 3, window, 32, 32), 0)
     sample_windows(model, warm, label, 1, 4.0, window, stride)  # warm-up: first-call costs
     for k in (1, 2, 4):
@@ -87,12 +91,17 @@ def main(argv: list[str]) -> int:
                               "pyramid", None, "windows", stats, True)
         _, one_shot = peak_memory(sample, model, noise, label, 2, 4.0)
         state = STATE_COPIES * noise.numel() * noise.element_size()
-        report["lengths"].append({
+        rows.append({
             "frames": frames, "windows": stats["windows"], "peak_bytes": int(peak),
             "window_forward_peak_bytes": stats["window_peak_bytes"],
             "latent_state_bytes": state, "peak_minus_state_bytes": int(peak) - state,
             "seconds": t_win, "seconds_per_window": t_win / stats["windows"],
             "one_shot_peak_bytes": int(one_shot), "one_shot_seconds": t_one})
+    return rows
+
+
+def _growth(report: dict) -> None:
+    """4x over 1x for peak memory, memory past the state, seconds per window and one-shot."""
     first, last = report["lengths"][0], report["lengths"][-1]
     report["peak_4x_over_1x"] = last["peak_bytes"] / first["peak_bytes"]
     report["peak_minus_state_4x_over_1x"] = (last["peak_minus_state_bytes"]
@@ -100,26 +109,25 @@ def main(argv: list[str]) -> int:
     report["seconds_per_window_4x_over_1x"] = (last["seconds_per_window"]
                                                / first["seconds_per_window"])
     report["one_shot_peak_4x_over_1x"] = last["one_shot_peak_bytes"] / first["one_shot_peak_bytes"]
-    frames = 4 * window
-    report["seams"] = [_clip_stats(model, frames, window, s, b, seeds, steps, args.prompt)
-                       for s, b in ((window, "flat"), (stride, "flat"), (stride, "pyramid"))]
-    report["pyramid_over_no_overlap"] = (report["seams"][2]["seam_ratio"]
-                                         / report["seams"][0]["seam_ratio"])
-    if not args.no_ranks:
-        report["exactness"] = []
-        odd = 3 * window - 2  # a length the stride does not divide
-        for parallel in ("windows", "cp"):
-            for nproc in (1, 2, 4):
-                r = run_long(nproc, 0, prompt=args.prompt, frames=odd, window=window,
-                             stride=stride, parallel=parallel, steps=steps, compare=True)
-                rep = r["report"]
-                report["exactness"].append({k: rep[k] for k in (
-                    "parallel", "nproc", "frames", "windows_per_rank",
-                    "bytes_per_step_per_rank", "peak_bytes_per_rank",
-                    "max_abs_diff_vs_single_process", "seconds")})
-    if args.json:
-        print(json.dumps(report, allow_nan=False))
-        return 0
+
+
+def _exactness(prompt: str, window: int, stride: int, steps: int) -> list[dict]:
+    """Both parallel modes on P = 1, 2, 4 ranks against one process."""
+    rows = []
+    odd = 3 * window - 2  # a length the stride does not divide
+    for parallel in ("windows", "cp"):
+        for nproc in (1, 2, 4):
+            r = run_long(nproc, 0, prompt=prompt, frames=odd, window=window,
+                         stride=stride, parallel=parallel, steps=steps, compare=True)
+            rep = r["report"]
+            rows.append({k: rep[k] for k in (
+                "parallel", "nproc", "frames", "windows_per_rank",
+                "bytes_per_step_per_rank", "peak_bytes_per_rank",
+                "max_abs_diff_vs_single_process", "seconds")})
+    return rows
+
+
+def _print(report: dict) -> None:
     kb = lambda x: f"{x / 1024:,.0f} KiB"  # noqa: E731
     for row in report["lengths"]:
         print(f"{row['frames']:4d} frames, {row['windows']} windows: peak {kb(row['peak_bytes'])}"
@@ -134,4 +142,26 @@ def main(argv: list[str]) -> int:
         print(f"{row['parallel']:8s} P={row['nproc']}: max diff "
               f"{row['max_abs_diff_vs_single_process']:.1e}, sends "
               f"{[kb(b) for b in row['bytes_per_step_per_rank']]} per step")
+
+
+def main(argv: list[str]) -> int:
+    from cpcourse.tinydit.moving_shapes import parse_prompt
+    from cpcourse.tinydit.training import load_shapes_model
+
+    args, window, stride, seeds, steps = _parse(argv)
+    model, label = load_shapes_model(), parse_prompt(args.prompt)
+    report = {"window": window, "stride": stride, "steps": steps, "prompt": args.prompt,
+              "lengths": _lengths(model, label, window, stride, steps)}
+    _growth(report)
+    frames = 4 * window
+    report["seams"] = [_clip_stats(model, frames, window, s, b, seeds, steps, args.prompt)
+                       for s, b in ((window, "flat"), (stride, "flat"), (stride, "pyramid"))]
+    report["pyramid_over_no_overlap"] = (report["seams"][2]["seam_ratio"]
+                                         / report["seams"][0]["seam_ratio"])
+    if not args.no_ranks:
+        report["exactness"] = _exactness(args.prompt, window, stride, steps)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    _print(report)
     return 0

@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.cli.clip_files import check_out, load_compare, write_outputs
+    from cpcourse.cli.clip_files import write_outputs
     from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
@@ -94,6 +94,33 @@ def main(argv: list[str]) -> int:
                 "windows|cp over --nproc ranks")
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
+    other, layout = _check_one_clip(args)
+    res = run_generate(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
+                       frames=args.frames, height=args.height, width=args.width,
+                       steps=args.steps, cfg_scale=args.cfg, label=args.label,
+                       attention=args.attention, temporal_method=args.temporal or "all_to_all",
+                       full_method=args.full or "ring", dtype=args.dtype, compare=args.compare,
+                       timeout=args.timeout, stream=False if args.json else True,
+                       layout=layout)
+    report = res["report"]
+    out = res["clip"] if res["clip"] is not None else res["latents"]
+    if other is not None:
+        require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
+                f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
+        report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
+    write_outputs(args, res, out)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    _print_report(args, report, layout)
+    return 0
+
+
+def _check_one_clip(args: argparse.Namespace) -> tuple:
+    """The flags of a one-clip run checked (and args.timeout, args.nproc filled in) before
+    anything starts: (the --compare-to tensor or None, the --layout Layout or None)."""
+    from cpcourse.cli.clip_files import check_out, load_compare
+
     for flag, val, default in (("--blend", args.blend, "pyramid"),
                                ("--noise", args.noise, "independent"),
                                ("--parallel", args.parallel, "windows")):
@@ -122,23 +149,10 @@ def main(argv: list[str]) -> int:
         layout = Layout.parse(args.layout)
         args.nproc = layout.world if args.nproc is None else args.nproc
     args.nproc = 2 if args.nproc is None else args.nproc
-    res = run_generate(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
-                       frames=args.frames, height=args.height, width=args.width,
-                       steps=args.steps, cfg_scale=args.cfg, label=args.label,
-                       attention=args.attention, temporal_method=args.temporal or "all_to_all",
-                       full_method=args.full or "ring", dtype=args.dtype, compare=args.compare,
-                       timeout=args.timeout, stream=False if args.json else True,
-                       layout=layout)
-    report = res["report"]
-    out = res["clip"] if res["clip"] is not None else res["latents"]
-    if other is not None:
-        require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
-                f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
-        report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
-    write_outputs(args, res, out)
-    if args.json:
-        print(json.dumps(report, allow_nan=False))
-        return 0
+    return other, layout
+
+
+def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
     mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
     what = f"'{report['prompt']}'" if "prompt" in report else f"random-weight {report['shape']}"
     print(f"sampled {what} on {args.nproc} process(es), frames per rank "
@@ -167,4 +181,3 @@ def main(argv: list[str]) -> int:
     for key in ("saved", "gif"):
         if key in report:
             print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))
-    return 0

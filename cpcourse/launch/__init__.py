@@ -4,10 +4,10 @@
 
 Machinery, not a lesson: the course's distributed code (`cpcourse.ring`, `cpcourse.ulysses`,
 `cpcourse.video`, ...) runs on the ranks this package starts. `launcher` starts torchrun and
-collects results (inside the user's own torchrun rank, `torchrun` runs the target in place
-instead), `magic` is the `%%torchrun` cell magic, `entry` is what each rank runs, `errors`
-turns a failing or stuck rank into an exception that names it, `proctree` ends every process a
-launch started.
+`watch` follows its ranks and collects their results (inside the user's own torchrun rank,
+`torchrun` runs the target in place instead), `magic` is the `%%torchrun` cell magic, `entry` is
+what each rank runs, `errors` turns a failing or stuck rank into an exception that names it,
+`proctree` ends every process a launch started.
 """
 
 from __future__ import annotations

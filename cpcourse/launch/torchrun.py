@@ -195,11 +195,7 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
     `timeout` is not enforced here (the processes are torchrun's): `pg_timeout` bounds every
     collective instead, so a lost peer fails the others within seconds.
     """
-    import torch
     import torch.distributed as dist
-
-    from cpcourse.launch.entry import _to_cpu, call_target
-    from cpcourse.support import groups as cpdist
 
     check_world(nproc, where)
     start = time.monotonic()
@@ -208,54 +204,84 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
     prefix = f"[rank {where.rank}] "
     sink = _sink(stream, where.rank)
     out, err = _Lines("out", prefix, sink, output), _Lines("err", prefix, sink, output)
-
-    def join():
-        _STATE["joined"] = True
-        try:
-            cpdist.init(backend, timeout_s=pg_timeout)
-        except Exception as exc:  # noqa: BLE001  (a peer that never came, a bad address)
-            raise _rank_error(exc, where.rank, where.world, "joining the process group "
-                              f"(timeout {pg_timeout:g} s)") from None
-        require(dist.get_world_size() == nproc, f"the process group this rank is in has "
-                f"{dist.get_world_size()} ranks, not {nproc}")
-
-    saved_threads = torch.get_num_threads()
     with _environ(dict(env or {})):
         if init or not ours:
-            join()
-        if threads is not None:
-            torch.set_num_threads(threads)
-        try:
-            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-                try:
-                    value = call_target(target, tuple(args), dict(kwargs or {}))
-                finally:
-                    out.close_line()
-                    err.close_line()
-        except KeyboardInterrupt:
-            raise
-        except BaseException as exc:  # noqa: BLE001  (every failure names this rank)
-            raise _rank_error(exc, where.rank, where.world) from None
-        finally:
-            torch.set_num_threads(saved_threads)
-        join()  # after an init=False target too: the gather needs a group
-        try:
-            value = _to_cpu(value)
-            pickle.dumps(value)
-        except Exception as exc:  # noqa: BLE001  (as launch() does: the run itself worked)
-            print(f"{prefix}return value could not be pickled ({exc}); the caller gets None",
-                  file=sys.stderr)
-            value = None
-        gathered = [None] * nproc
-        try:
-            with cpdist.tracked("all_gather_object (the ranks' results)"):
-                dist.all_gather_object(gathered, (value, output))
-        except Exception as exc:  # noqa: BLE001  (a peer failed, or never got here)
-            raise _rank_error(exc, where.rank, where.world,
-                              "collecting every rank's result") from None
+            _join(where, nproc, backend, pg_timeout)
+        value = _call_as_rank(target, args, kwargs, threads, where, out, err)
+        # after an init=False target too: the gather needs a group
+        _join(where, nproc, backend, pg_timeout)
+        gathered = _gather(value, output, nproc, where, prefix)
     if ours:
         dist.destroy_process_group()
     if _STATE["rank_zero_reports"] and where.rank != 0:
         raise RankDone
     return ([value for value, _ in gathered], time.monotonic() - start,
             [line for _, lines in gathered for line in lines])
+
+
+def _join(where: TorchrunRank, nproc: int, backend: str | None, pg_timeout: float) -> None:
+    """Join the torchrun world's process group (a no-op once joined), as a `RankError`
+    naming this rank when that fails."""
+    import torch.distributed as dist
+
+    from cpcourse.support import groups as cpdist
+
+    _STATE["joined"] = True
+    try:
+        cpdist.init(backend, timeout_s=pg_timeout)
+    except Exception as exc:  # noqa: BLE001  (a peer that never came, a bad address)
+        raise _rank_error(exc, where.rank, where.world, "joining the process group "
+                          f"(timeout {pg_timeout:g} s)") from None
+    require(dist.get_world_size() == nproc, f"the process group this rank is in has "
+            f"{dist.get_world_size()} ranks, not {nproc}")
+
+
+def _call_as_rank(target: str, args: tuple, kwargs: dict | None, threads: int | None,
+                  where: TorchrunRank, out: _Lines, err: _Lines):
+    """The target's return value, called with this rank's output prefixed and `threads` torch
+    threads; any failure but Ctrl-C as a `RankError` naming this rank."""
+    import torch
+
+    from cpcourse.launch.entry import call_target
+
+    saved_threads = torch.get_num_threads()
+    if threads is not None:
+        torch.set_num_threads(threads)
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                return call_target(target, tuple(args), dict(kwargs or {}))
+            finally:
+                out.close_line()
+                err.close_line()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # noqa: BLE001  (every failure names this rank)
+        raise _rank_error(exc, where.rank, where.world) from None
+    finally:
+        torch.set_num_threads(saved_threads)
+
+
+def _gather(value, output: list[str], nproc: int, where: TorchrunRank, prefix: str) -> list:
+    """Every rank's (value, output lines), all-gathered; a value that does not pickle is
+    sent as None, as launch() does."""
+    import torch.distributed as dist
+
+    from cpcourse.launch.entry import _to_cpu
+    from cpcourse.support import groups as cpdist
+
+    try:
+        value = _to_cpu(value)
+        pickle.dumps(value)
+    except Exception as exc:  # noqa: BLE001  (as launch() does: the run itself worked)
+        print(f"{prefix}return value could not be pickled ({exc}); the caller gets None",
+              file=sys.stderr)
+        value = None
+    gathered = [None] * nproc
+    try:
+        with cpdist.tracked("all_gather_object (the ranks' results)"):
+            dist.all_gather_object(gathered, (value, output))
+    except Exception as exc:  # noqa: BLE001  (a peer failed, or never got here)
+        raise _rank_error(exc, where.rank, where.world,
+                          "collecting every rank's result") from None
+    return gathered

@@ -137,7 +137,7 @@ def test_the_command_line_runs_experiments_through_runs_not_bench():
 
 def test_the_checks_can_fail():
     """The layer rule and the cycle search see real imports (the rule is not vacuous)."""
-    assert "cpcourse.launch.proctree" in GRAPH["cpcourse.launch.launcher"]
+    assert "cpcourse.launch.proctree" in GRAPH["cpcourse.launch.watch"]
     assert "cpcourse.support.errors" in GRAPH["cpcourse.ring"]
     assert "cpcourse.attention" in GRAPH["cpcourse.ring"]
     assert rank("cpcourse.cli.demo") > rank("cpcourse.planner.plan") > rank("cpcourse.video")
