@@ -27,7 +27,8 @@ def main_long(args) -> int:
     frames = 4 * args.window if args.frames is None else args.frames
     stride = max(1, args.window // 2) if args.stride is None else args.stride
     res = run_long(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
-                   frames=frames, window=args.window, stride=stride, blend=args.blend,
+                   frames=frames, height=args.height, width=args.width,
+                   window=args.window, stride=stride, blend=args.blend,
                    noise=args.noise, parallel=args.parallel, steps=args.steps,
                    cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
                    dtype=args.dtype, compare=args.compare,

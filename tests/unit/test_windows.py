@@ -130,6 +130,7 @@ def test_seam_metric_sees_a_jump():
     (["--window", "8", "--frames", "16", "--nproc", "9", "--parallel", "cp"], "--nproc 8 or"),
     (["--window", "8", "--frames", "16", "--stride", "8", "--nproc", "3"], "there are 2"),
     (["--window", "8", "--frames", "1000"], "at most 512"),
+    (["--window", "4", "--frames", "8", "--height", "7"], "--height 7 must be a multiple"),
 ])
 def test_generate_window_refusals(capsys, argv, words):
     code = main(["generate", *argv])
