@@ -14,17 +14,14 @@ non-causal, load balancing off) is skipped when L % P != 0, where it aborts the 
 Also reported: per ring step, compute and time in communication calls (overlapped: the exposed
 part; blocking: all of it), the share of communication the overlap hid, and the peak tensor
 memory per rank (`cpcourse.support.peak_memory.peak_memory`) against `predicted_peak_bytes`.
+What each rank runs is in `cpcourse.bench.ring_rank`; this module checks, launches, reports.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import logging
-import statistics
 import sys
-import time
 
 from cpcourse.launch import check_nproc
 from cpcourse.support.errors import ArgumentParser, positive_int, require
@@ -82,153 +79,6 @@ def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head
     if method == "allgather":
         return (2 * lr + 2 * world * lr + 2 * seq_len) * tok
     return 12 * lr * tok  # ulysses
-
-
-def bench_rank(spec: dict) -> dict:
-    """What each rank runs: every method, warmed up, timed, memory-measured."""
-    import torch
-    import torch.distributed as dist
-
-    from cpcourse.support.shards import shard
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    g = torch.Generator().manual_seed(0)
-    shape = (1, spec["heads"], spec["seq_len"], spec["head_dim"])
-    whole = [torch.randn(shape, generator=g) for _ in range(3)]
-    mine = [shard(x, rank, world) for x in whole]
-    stats: dict[str, list] = {}
-    methods = _methods(rank, world, whole, mine, stats)
-    skipped = {m: "not selected (--methods)" for m in METHODS if m not in spec["methods"]}
-    if spec["heads"] % world:
-        skipped["ulysses"] = f"{spec['heads']} heads are not divisible by P={world}"
-    if spec["seq_len"] % world:
-        skipped["torch_cp"] = "L % P != 0: torch's context_parallel aborts on uneven shards"
-    active = [m for m in METHODS if m not in skipped]
-    outputs, peaks, first, times, kept = _measure(spec, active, methods, whole, world, stats)
-    errors = _errors(spec, world, outputs) if rank == 0 else {}
-    medians = {name: statistics.median(t) for name, t in times.items()}
-    steps = {}
-    for name, runs in kept.items():  # the stats of the run whose time was the median
-        order = sorted(range(len(runs)), key=lambda i: times[name][i])
-        steps[name] = runs[order[len(order) // 2]]
-    layout = None
-    if "torch_cp" in outputs:
-        layout = "sequence" if outputs["torch_cp"].shape[1] == spec["heads"] else "heads"
-    return {"rank": rank, "seconds": medians, "all_seconds": times, "peak_bytes": peaks,
-            "first_call_seconds": first, "max_abs_diff_vs_fused": errors, "steps": steps,
-            "skipped": skipped, "torch_cp_output_layout": layout}
-
-
-def _methods(rank: int, world: int, whole: list, mine: list, stats: dict) -> dict:
-    """Each method as (prepare or None, run): run(state) is the call that is timed."""
-    import torch
-
-    from cpcourse.attention import attention_with_lse
-    from cpcourse.ring import ring_attention
-    from cpcourse.ulysses import ulysses_attention
-
-    def ring(mode):
-        def run(_state):
-            stats[f"ring_{mode}"] = []
-            return ring_attention(*mine, mode=mode, stats=stats[f"ring_{mode}"])
-        return None, run
-
-    def fused(_state):
-        if rank != 0:
-            return None
-        torch.set_num_threads(world)  # the same cores the P ranks use
-        try:
-            return attention_with_lse(*whole)[0]
-        finally:
-            torch.set_num_threads(1)
-
-    return {"ring_overlap": ring("overlap"), "ring_blocking": ring("blocking"),
-            "allgather": (None, lambda _s: ring_attention(*mine, mode="allgather")),
-            "ulysses": (None, lambda _s: ulysses_attention(*mine)),
-            "torch_cp": (_torch_cp_prepare, lambda s: s[1](*s[2])),
-            "fused": (None, fused)}
-
-
-def _measure(spec: dict, active: list, methods: dict, whole: list, world: int,
-             stats: dict) -> tuple:
-    """Warm up, measure memory, then time `repeats` interleaved rounds: (outputs, peaks,
-    first-call seconds, every round's seconds, the ring runs' step stats per round)."""
-    import torch
-    import torch.distributed as dist
-
-    from cpcourse.support.peak_memory import peak_memory
-
-    def once(name, measure_memory=False):
-        prepare, run = methods[name]
-        state = prepare(whole, world) if prepare else None
-        try:
-            dist.barrier()
-            start = time.perf_counter()
-            if measure_memory:
-                out, peak = peak_memory(run, state)
-            else:
-                out, peak = run(state), None
-            elapsed = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-            dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
-            return out, float(elapsed), peak
-        finally:
-            if state is not None:
-                state[0].close()
-
-    outputs, peaks, first = {}, {}, {}
-    with torch.no_grad():
-        for name in active:  # warm-up and outputs; then memory (the instrumented run is untimed)
-            outputs[name], first[name], _ = once(name)
-            peaks[name] = once(name, measure_memory=True)[2]
-        times = {name: [] for name in active}
-        kept = {name: [] for name in ("ring_overlap", "ring_blocking")}
-        for rep in range(spec["repeats"]):
-            for name in (active if rep % 2 == 0 else active[::-1]):
-                times[name].append(once(name)[1])
-                if name in kept:
-                    kept[name].append(stats[name])
-    return outputs, peaks, first, times, kept
-
-
-def _errors(spec: dict, world: int, outputs: dict) -> dict:
-    """Rank 0's max abs difference of each method against the fused output over the whole
-    sequence, on rank 0's part."""
-    from cpcourse.support.shards import shard
-
-    errors = {}
-    full, hp = outputs["fused"], spec["heads"] // world
-    for name, out in outputs.items():
-        if name == "fused":
-            want = full
-        elif out.shape[1] == spec["heads"]:  # a sequence shard (ours)
-            want = shard(full, 0, world)
-        else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
-            want = full[:, :hp]
-        errors[name] = float((out - want).abs().max()) if out.numel() else 0.0
-    return errors
-
-
-_MESHES: dict = {}
-
-
-def _torch_cp_prepare(whole, world):
-    """Enter torch's context_parallel for fresh copies of the whole q, k, v (it shards them)."""
-    import torch.nn.functional as F
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.experimental import context_parallel
-    from torch.distributed.tensor.experimental._attention import _cp_options
-
-    _cp_options.enable_load_balance = False  # load balancing is for causal masks; it raises here
-    # On CPU, DTensor moves sequence -> heads by all-gather + chunk, and warns once per rank.
-    logging.getLogger("torch.distributed.tensor._collective_utils").setLevel(logging.ERROR)
-    if world not in _MESHES:  # one mesh (a new process group) per run, not per call
-        _MESHES[world] = init_device_mesh("cpu", (world,))
-    mesh = _MESHES[world]
-    bufs = [x.clone() for x in whole]
-    stack = contextlib.ExitStack()
-    stack.enter_context(context_parallel(mesh, buffers=bufs, buffer_seq_dims=[2, 2, 2],
-                                         no_restore_buffers=set(bufs)))
-    return stack, F.scaled_dot_product_attention, bufs
 
 
 def summarize(spec: dict, results: list[dict]) -> dict:
@@ -354,7 +204,7 @@ def main(argv: list[str]) -> int:
         print(json.dumps(rep, allow_nan=False) if args.json
               else "\n".join(f"{k}: {v}" for k, v in rep.items()))
         return 0
-    results = launch("cpcourse.bench.ring:bench_rank", spec["nproc"], timeout=args.timeout,
+    results = launch("cpcourse.bench.ring_rank:bench_rank", spec["nproc"], timeout=args.timeout,
                      args=(spec,), threads=1, pg_timeout=max(60.0, args.timeout / 2),
                      stream=lambda line: print(line, end="", file=sys.stderr, flush=True))
     report = summarize(spec, sorted(results, key=lambda r: r["rank"]))
