@@ -15,7 +15,12 @@ import json
 
 import torch
 
-from cpcourse.support.errors import ArgumentParser, finite_float, positive_int, require
+from cpcourse.support.errors import (
+    ArgumentParser,
+    guidance_scale,
+    positive_int,
+    require,
+)
 from cpcourse.tinydit.training import SAMPLE_STEPS
 
 
@@ -44,8 +49,7 @@ def main(argv: list[str]) -> int:
     require(seeds <= 256, f"--seeds {seeds}: use at most 256")
     steps = positive_int("--steps", args.steps)
     require(steps <= 1000, f"--steps {steps}: use at most 1000")
-    cfg_scale = finite_float("--cfg-scale", args.cfg_scale)
-    require(abs(cfg_scale) <= 100, "--cfg-scale must be between -100 and 100")
+    cfg_scale = guidance_scale("--cfg-scale", args.cfg_scale)
     path = args.weights or shipped_path()
     model, meta = load_weights(path)
     res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)

@@ -88,8 +88,6 @@ def main(argv: list[str]) -> int:
     if args.layout is not None:
         from cpcourse.support.layout import Layout
 
-        require(args.method == "ring" and args.ulysses is None, "--layout gives the ring and "
-                "ulysses degrees itself: drop --method and --ulysses")
         layout = Layout.parse(args.layout)
         args.nproc = layout.world if args.nproc is None else args.nproc
         require(layout.world == args.nproc, f"--layout {layout} needs {layout.world} ranks: "

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.support.errors import finite_float, positive_int, require, seed_int
+from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
 from cpcourse.tinydit.model import DiTConfig
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
@@ -104,9 +104,7 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
             ("frames", frames), ("height", height), ("width", width), ("steps", steps),
             ("cfg_scale", cfg_scale)))
     nproc, frames = positive_int("nproc", nproc), positive_int("frames", frames)
-    # Guidance past +-100 only blows the sample up (real models use 1 to 15).
-    cfg_scale = finite_float("cfg_scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, f"cfg_scale must be between -100 and 100, got {cfg_scale:g}")
+    cfg_scale = guidance_scale("cfg_scale", cfg_scale)
     seed = seed_int("seed", seed)
     require(temporal_method in TEMPORAL_METHODS,
             f"temporal_method must be one of {TEMPORAL_METHODS}")

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.support.errors import finite_float, positive_int, require, seed_int
+from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
 from cpcourse.tinydit.windows import (
     BLENDS,
     NOISES,
@@ -108,8 +108,7 @@ def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", 
     require(noise in NOISES, f"noise must be one of {', '.join(NOISES)}")
     require(parallel in PARALLEL, f"parallel must be one of {', '.join(PARALLEL)}")
     require(dtype in DTYPES, f"dtype must be one of {sorted(DTYPES)}")
-    cfg_scale = finite_float("cfg_scale", cfg_scale)
-    require(abs(cfg_scale) <= 100, "cfg_scale must be between -100 and 100")
+    cfg_scale = guidance_scale("cfg_scale", cfg_scale)
     if parallel == "windows":
         require(nproc <= len(starts), f"parallel=windows gives each rank whole windows, and "
                 f"there are {len(starts)}: use nproc={len(starts)} or fewer, or parallel=cp")

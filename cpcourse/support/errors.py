@@ -62,6 +62,14 @@ def finite_float(name: str, value) -> float:
     return value
 
 
+def guidance_scale(name: str, value) -> float:
+    """A classifier-free guidance scale: finite and within +-100. Real models use 1 to 15;
+    past 100 the sample only blows up (in fp16, to inf)."""
+    value = finite_float(name, value)
+    require(abs(value) <= 100, f"{name} must be between -100 and 100, got {value:g}")
+    return value
+
+
 def seed_int(name: str, value) -> int:
     """A seed torch's generators take: a whole number in [0, 2**63)."""
     require(isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**63,
