@@ -23,6 +23,7 @@ import argparse
 import json
 import sys
 
+from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.launch import check_nproc
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 from cpcourse.support.peak_memory import require_fits
@@ -53,6 +54,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default=None, help="for --compute-only: cpu or cuda")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
+
+
+# Each flag with the mode it acts in (`cpcourse.cli.modes`): --small measures per-call overhead
+# on its own fixed sizes, --compute-only runs no processes, --quick fixes the length and repeats.
+MODE_FLAGS = {"json": ALWAYS, "small": ALWAYS, "calls": "small", "nproc": "sized",
+              "heads": "sized", "head_dim": "sized", "quick": "sized", "compute_only": "sized",
+              "seq_len": "not_quick", "repeats": "not_quick", "device": "compute_only",
+              "methods": "launched", "timeout": "launched"}
+
+
+def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
+    """Which of MODE_FLAGS' conditions these arguments meet, and what each needs."""
+    sized = not args.small
+    return {"small": (args.small, "--small"),
+            "sized": (sized, "no --small (it measures 2 ranks at its own sizes)"),
+            "not_quick": (sized and not args.quick, "no --small and no --quick (--quick runs "
+                          "L=1024 once)"),
+            "compute_only": (sized and args.compute_only, "--compute-only"),
+            "launched": (sized and not args.compute_only, "processes: no --small and no "
+                         "--compute-only")}
 
 
 def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head_dim: int,
@@ -166,7 +187,9 @@ def _text(rep: dict) -> str:
 def main(argv: list[str]) -> int:
     from cpcourse.launch import launch
 
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
     if args.small:
         from cpcourse.bench import overhead
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 
+from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.planner import costs, plan, tokens, validation
 from cpcourse.support.errors import InputError
 
@@ -66,7 +67,10 @@ def add_parsers(sub) -> None:
     c.add_argument("--attn-efficiency", type=float)
     c.add_argument("--layers", type=int)
 
-    p = sub.add_parser("plan", help="recommend a CP x TP x CFG layout for a model")
+    _add_plan_args(sub.add_parser("plan", help="recommend a CP x TP x CFG layout for a model"))
+
+
+def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model")
     p.add_argument("--height", type=int)
     p.add_argument("--width", type=int)
@@ -199,10 +203,6 @@ def _comm_cmd(args):
 
 
 def _validate_cmd(args):
-    for flag in ("model", "gpus", "layout", "height", "width", "frames", "steps"):
-        if getattr(args, flag) is not None:
-            raise InputError(f"--validate predicts the published runs as they were made: drop "
-                             f"--{flag}")
     d = validation.validate()
     lines = []
     for title, part in (("validation set", d), ("held out (not used to build the planner)",
@@ -230,7 +230,29 @@ def _validate_cmd(args):
     return d, "\n".join(lines)
 
 
+# Each `plan` flag with the mode it acts in (`cpcourse.cli.modes`).
+PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, **{
+    dest: "one_plan" for dest in ("model", "height", "width", "frames", "gpus", "gpu", "nodes",
+                                  "steps", "kernel", "layout", "fsdp", "offload",
+                                  "text_encoder_cpu")}, "released": "released_dtypes"}
+
+
+def plan_conditions(args) -> dict[str, tuple[bool, str]]:
+    """Which of PLAN_FLAGS' conditions these arguments meet, and what each needs."""
+    one, table = not args.validate, tokens.presets()
+    recorded = [k for k, m in table.items() if m.released_dtypes is not None]
+    # an unknown --model is refused by the planner itself, with the ids that exist
+    released = one and (args.model in recorded or args.model not in table)
+    return {"one_plan": (one, "no --validate (it predicts the published runs as they were "
+                         "made)"),
+            "released_dtypes": (released, "a --model whose released code's dtypes are "
+                                f"recorded ({', '.join(recorded)})")}
+
+
 def _plan_cmd(args):
+    parser = argparse.ArgumentParser(prog="cpcourse plan")
+    _add_plan_args(parser)
+    refuse_inactive(parser, args, PLAN_FLAGS, plan_conditions(args))
     if args.validate:
         return _validate_cmd(args)
     if args.model is None or args.gpus is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.runs.generate import run_generate
 from cpcourse.support.errors import InputError, positive_float, require
 from cpcourse.tinydit.model import ATTENTIONS
@@ -80,18 +81,50 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# Each flag with the mode it acts in (`cpcourse.cli.modes`): a flag outside its mode is refused.
+MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc": "clips",
+              "seed": "clips", "save": "clips", "gif": "trained", "frames": "clips",
+              "height": "clips", "width": "clips", "steps": "clips", "cfg": "clips",
+              "dtype": "clips", "compare": "clips", "timeout": "clips", "window": "clips",
+              "prompt": "trained", "label": "random", "attention": "random_clip",
+              "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
+              "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
+              "parallel": "windows"}
+
+
+def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
+    """Which of MODE_FLAGS' conditions these arguments meet, and what each needs."""
+    clips = not args.list_prompts
+    windows = clips and (args.window is not None or args.stride is not None)
+    one_clip = clips and not windows
+    random = args.weights == "random"
+    return {"clips": (clips, "no --list-prompts (it prints the prompt ids and stops)"),
+            "trained": (clips and not random, "trained weights, not --weights random (the "
+                        "random model's latents are not pixels; it takes --label)"),
+            "random": (clips and random, "--weights random (the trained model takes --prompt)"),
+            "random_clip": (one_clip and random, "--weights random and no --window (trained "
+                            "weights fix their attention)"),
+            "one_clip": (one_clip, "one clip, no --window (windows take --parallel windows|cp "
+                         "over --nproc ranks)"),
+            "plain_cp": (one_clip and args.layout is None, "plain CP: no --window and no "
+                         "--layout (under a layout attention runs USP over its ring and "
+                         "ulysses dims)"),
+            "windows": (windows and args.window is not None, "--window W (a long video from "
+                        "overlapping windows)")}
+
+
 def main(argv: list[str]) -> int:
     from cpcourse.cli.clip_files import write_outputs
     from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
     if args.list_prompts:
         print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
         return 0
-    if args.window is not None or args.stride is not None:
-        require(args.layout is None, "--layout is for one clip: windows take --parallel "
-                "windows|cp over --nproc ranks")
+    if args.window is not None:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
     other, layout = _check_one_clip(args)
@@ -121,10 +154,6 @@ def _check_one_clip(args: argparse.Namespace) -> tuple:
     anything starts: (the --compare-to tensor or None, the --layout Layout or None)."""
     from cpcourse.cli.clip_files import check_out, load_compare
 
-    for flag, val, default in (("--blend", args.blend, "pyramid"),
-                               ("--noise", args.noise, "independent"),
-                               ("--parallel", args.parallel, "windows")):
-        require(val == default, f"{flag} chooses how windows are made: it needs --window")
     args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout)
     if args.attention == "factored" and args.full is not None:
         raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
@@ -133,8 +162,6 @@ def _check_one_clip(args: argparse.Namespace) -> tuple:
         raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
                          "factored (full attention takes --full)")
     if args.gif:
-        require(args.weights != "random", "--gif draws a clip of the trained model: the random "
-                "model's latents are not pixels (drop --weights random)")
         check_out("--gif", args.gif)
     other = load_compare(args.compare_to) if args.compare_to else None
     if args.save:
@@ -143,9 +170,6 @@ def _check_one_clip(args: argparse.Namespace) -> tuple:
     if args.layout is not None:
         from cpcourse.support.layout import Layout
 
-        for flag, val in (("--temporal", args.temporal), ("--full", args.full)):
-            require(val is None, f"{flag} is for plain CP: under --layout attention runs USP "
-                    "over the ring and ulysses dims")
         layout = Layout.parse(args.layout)
         args.nproc = layout.world if args.nproc is None else args.nproc
     args.nproc = 2 if args.nproc is None else args.nproc

@@ -9,18 +9,13 @@ from __future__ import annotations
 import json
 
 from cpcourse.cli.clip_files import check_out, write_outputs
-from cpcourse.support.errors import positive_float, require
+from cpcourse.support.errors import positive_float
 
 
 def main_long(args) -> int:
     from cpcourse.runs.long_video import print_report, run_long
 
-    require(args.window is not None, "--stride needs --window (the window length in frames)")
-    for flag, val in (("--attention", args.attention), ("--temporal", args.temporal),
-                      ("--full", args.full), ("--compare-to", args.compare_to)):
-        require(val is None, f"{flag} is not available with --window")
     if args.gif:
-        require(args.weights != "random", "--gif draws a clip of the trained model")
         check_out("--gif", args.gif)
     if args.save:
         check_out("--save", args.save)

@@ -5,7 +5,7 @@
 A command lists every flag it has once, with the condition under which it acts (`ALWAYS`, or
 the name of a condition). The command says, for the arguments it was given, which conditions
 hold and, for each, what the user would add to meet it. `refuse_inactive` then refuses the
-first flag set away from its default whose condition does not hold. A flag added to a command
+first flag typed on the command line whose condition does not hold. A flag added to a command
 later must be placed in its table (the tests walk every table and every parser).
 """
 
@@ -27,7 +27,10 @@ def option(parser: argparse.ArgumentParser, dest: str) -> str:
 
 
 def given(parser: argparse.ArgumentParser, args: argparse.Namespace, dest: str) -> bool:
-    """Whether `dest` was set away from its default (a flag given its default acts as unset)."""
+    """Whether the command line set `dest`: cpcourse's ArgumentParser records each flag typed
+    (even with its default value); for another parser, whether it differs from its default."""
+    if hasattr(args, "_given"):
+        return dest in args._given
     return getattr(args, dest) != parser.get_default(dest)
 
 

@@ -136,6 +136,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     `offload` and `text_encoder_cpu` say how the pipeline holds its memory
     (`cpcourse.planner.pipeline_memory`)."""
     m = get_model(model_id)
+    require(not released or m.released_dtypes is not None, f"released: no released dtypes "
+            f"are recorded for {m.id}, so the plan would be the bf16 one: drop released")
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
     require(gpus <= MAX_GPUS, f"gpus {gpus} is more GPUs than any cluster has: "

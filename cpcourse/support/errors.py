@@ -9,6 +9,7 @@ says what to change. The command line prints that line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 
 
@@ -85,6 +86,13 @@ class ArgumentParser(argparse.ArgumentParser):
         where = "" if self.prog == "cpcourse" else f"{self.prog}: "
         raise InputError(f"{where}{message} (see `{self.prog} --help`)")
 
+    def _add_action(self, action):
+        # Record each option the command line sets (in `namespace._given`), so that a flag
+        # typed with its default value still counts as given (`cpcourse.cli.modes`).
+        if action.option_strings:
+            action.__class__ = _noting(type(action))
+        return super()._add_action(action)
+
     def parse_known_args(self, args=None, namespace=None):
         # An empty value (`--model ""`) used to mean "not given" and quietly take the default.
         ns, extra = super().parse_known_args(args, namespace)
@@ -94,3 +102,16 @@ class ArgumentParser(argparse.ArgumentParser):
                 flag = action.option_strings[0] if action.option_strings else action.dest
                 raise InputError(f"{flag} is empty: give it a value, or leave it out")
         return ns, extra
+
+
+@functools.cache
+def _noting(action_class: type) -> type:
+    """`action_class` that also adds its dest to the namespace's `_given` set when used."""
+
+    class Noting(action_class):
+        def __call__(self, parser, namespace, values, option_string=None):
+            namespace.__dict__.setdefault("_given", set()).add(self.dest)
+            super().__call__(parser, namespace, values, option_string)
+
+    Noting.__name__ = action_class.__name__
+    return Noting

@@ -88,7 +88,7 @@ def test_model_fills_dimensions(capsys):
     (["bench", "ring", "--nproc", "1000"], "use 64 or fewer"),
     (["bench", "kernel", "--threads", "100000"], "or fewer"),
     # checked before any process starts, instead of a traceback from inside a rank
-    (["generate", "--nproc", "3", "--attention", "full", "--full", "ulysses"], "--nproc 1, 2, 4"),
+    (["generate", "--nproc", "3", "--full", "ulysses"], "--nproc 1, 2, 4"),
     # numbers that overflowed, divided to infinity or went through as NaN
     (["tokens", "--height", "720", "--width", "1280", "--fps", "1e308", "--seconds", "1e308"],
      "--fps must be <= 10000"),
@@ -107,8 +107,10 @@ def test_model_fills_dimensions(capsys):
     # contradictory options are refused, not resolved silently
     (["tokens", "--height", "720", "--width", "1280", "--frames", "5", "--fps", "24",
       "--seconds", "5"], "not both"),
-    (["generate", "--attention", "factored", "--full", "ulysses"], "needs --attention full"),
-    (["generate", "--attention", "full", "--temporal", "ring"], "needs --attention factored"),
+    (["generate", "--weights", "random", "--attention", "factored", "--full", "ulysses"],
+     "needs --attention full"),
+    (["generate", "--weights", "random", "--attention", "full", "--temporal", "ring"],
+     "needs --attention factored"),
     (["tokens", "--model", "", "--height", "720", "--width", "1280", "--frames", "5"],
      "--model is empty"),
     # the planner
@@ -117,14 +119,14 @@ def test_model_fills_dimensions(capsys):
     (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--kernel", "fa9"], "--kernel must be"),
     (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--gpu", "a100", "--kernel", "fa3"],
      "no published rate on ampere"),
-    (["plan", "--validate", "--model", "wan2.1-t2v-14b"], "drop --model"),
+    (["plan", "--validate", "--model", "wan2.1-t2v-14b"], "--model has no effect here"),
     (["plan", "--gpus", "8"], "plan needs --model"),
     # mesh layouts: checked before any process starts
     (["generate", "--layout", "tp=3"], "layouts of 3 ranks that work: ring3"),
     (["generate", "--layout", "cfg=2", "--nproc", "4"], "pass --nproc 2"),
     (["generate", "--layout", "pp=2"], "NAME one of cfg, ring, ulysses, tp"),
-    (["generate", "--layout", "ring=2", "--full", "ulysses"], "under --layout attention runs"),
-    (["generate", "--layout", "ring=2", "--window", "4"], "--layout is for one clip"),
+    (["generate", "--layout", "ring=2", "--full", "ulysses"], "--full has no effect here"),
+    (["generate", "--layout", "ring=2", "--window", "4"], "--layout has no effect here"),
     (["generate", "--layout", "ring=16"], "is more than the 8 latent frames"),
     (["models", "--arch", "wan", "--layout", "cfg=2,ring=2"], "add --sample-steps"),
     (["models", "--arch", "hunyuanvideo", "--layout", "cfg=2", "--sample-steps", "1"],

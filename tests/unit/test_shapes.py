@@ -152,7 +152,7 @@ def test_list_prompts_and_bad_prompts(capsys):
                         (["--height", "100000"], "too large"),
                         (["--frames", "1000"], "trained on 8 frames"),
                         (["--label", "2"], "the trained model takes --prompt"),
-                        (["--attention", "factored"], "trained with --attention full"),
+                        (["--attention", "factored"], "--attention has no effect here"),
                         (["--weights", "random", "--prompt", "circle-up"], "needs trained"),
                         (["--weights", "random", "--gif", "/tmp/x.gif"], "not pixels"),
                         (["--weights", "/nonexistent.safetensors"], "no such file"),
