@@ -235,7 +235,8 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
 
     prompts, seeds = list(prompts or PROMPTS), list(seeds)
     require(seeds, "evaluate needs at least one seed")
-    check_eval_seeds("the number of seeds", len(seeds))
+    require(len(seeds) <= MAX_EVAL_SEEDS,
+            f"evaluate takes at most {MAX_EVAL_SEEDS} seeds (one batch), got {len(seeds)}")
     shape = (1, model.cfg.in_channels, FRAMES, SIZE, SIZE)
     noise = torch.cat([initial_noise(shape, s) for s in seeds])  # one batch: seeds side by side
     out, rows, start = {}, [], time.perf_counter()
