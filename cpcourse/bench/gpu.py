@@ -36,6 +36,7 @@ import torch
 
 from cpcourse.bench import gpu_kernels, gpu_models
 from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
+from cpcourse.support.out_files import check_writable, replacing
 
 PARTS = ("tests", "kernels", "models")
 _GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
@@ -67,12 +68,11 @@ def _args(argv) -> argparse.Namespace:
     if not a.dry_run and not torch.cuda.is_available():
         raise InputError("no CUDA GPU here: run this on a GPU machine, or add --dry-run to run "
                          "the same code on the CPU at tiny sizes")
-    out = Path(a.out)
-    try:  # fail before minutes of work, not after
-        out.parent.mkdir(parents=True, exist_ok=True)
-        tempfile.NamedTemporaryFile(dir=out.parent, prefix=".gpu-", delete=True).close()
+    try:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InputError(f"--out {a.out}: cannot write there ({exc.strerror})") from None
+        raise InputError(f"--out {a.out}: cannot make its folder ({exc.strerror})") from None
+    check_writable("--out", a.out)  # fail before minutes of work, not after
     return a
 
 
@@ -282,9 +282,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     res = collect(a, argv)
     out = Path(a.out)
-    tmp = out.with_name(f".{out.name}.tmp")
-    tmp.write_text(json.dumps(res, indent=1) + "\n")
-    tmp.replace(out)
+    with replacing(a.out, "--out") as tmp:
+        Path(tmp).write_text(json.dumps(res, indent=1) + "\n")
     text = table(res)
     if a.json:
         print(text, file=sys.stderr)

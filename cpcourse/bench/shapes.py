@@ -35,7 +35,7 @@ def data_rates(n: int = 256, seed: int = 0) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.tinydit.training import evaluate, load_weights, shipped_path
+    from cpcourse.tinydit.training import check_eval_seeds, evaluate, load_weights, shipped_path
 
     p = ArgumentParser(prog="cpcourse bench shapes", description=__doc__.split("\n")[0])
     p.add_argument("--weights", default=None,
@@ -45,8 +45,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--cfg-scale", type=float, default=4.0)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    seeds = positive_int("--seeds", args.seeds)
-    require(seeds <= 256, f"--seeds {seeds}: use at most 256")
+    seeds = check_eval_seeds("--seeds", args.seeds)
     steps = positive_int("--steps", args.steps)
     require(steps <= 1000, f"--steps {steps}: use at most 1000")
     cfg_scale = guidance_scale("--cfg-scale", args.cfg_scale)

@@ -25,38 +25,43 @@ def load_compare(path: str) -> torch.Tensor:
     return other
 
 
-def check_out(flag: str, path: str) -> None:
-    target = os.path.abspath(path)
-    folder = os.path.dirname(target)
-    require(not os.path.isdir(target), f"{flag} {path} is a directory: give a file name in it")
-    require(os.path.isdir(folder), f"{flag} {path}: the folder {folder} does not exist")
-    require(os.access(folder, os.W_OK), f"{flag} {path}: the folder {folder} is not writable")
+def check_outputs(args) -> None:
+    """--gif and --save (and its .json report) checked before the run: each file can be
+    created, and --gif is neither of the other two (one would overwrite the other after the
+    run). The mode table refused --gif with random weights already."""
+    from cpcourse.support.out_files import check_writable
+
+    gif = None
+    if args.gif:
+        gif = os.path.realpath(check_writable("--gif", args.gif))
+    if args.save:
+        check_writable("--save", args.save)
+        report = args.save + ".json"
+        require(not os.path.isdir(report), f"--save {args.save}: its report {report} is a "
+                "directory: give --save another name")
+        for what, path in (("--save", args.save), ("--save's report", report)):
+            require(gif != os.path.realpath(path), f"--gif {args.gif} is also {what} "
+                    f"{path}: one would overwrite the other; give them different names")
 
 
 def save(tensor: torch.Tensor, report: dict, path: str) -> None:
-    """Write the tensor and its .json report, each to a temporary file renamed into place, so
-    a failure leaves neither a half-written file nor a .pt without its report."""
-    tmp_pt, tmp_json = f"{path}.tmp-{os.getpid()}", f"{path}.json.tmp-{os.getpid()}"
-    try:
+    """Write the tensor and its .json report, each to a temporary file renamed into place (the
+    report first), so a failure leaves neither a half-written file nor a .pt without its
+    report."""
+    from cpcourse.support.out_files import replacing
+
+    with replacing(path, "--save") as tmp_pt:
         torch.save(tensor, tmp_pt)
-        with open(tmp_json, "w") as fh:
+        with replacing(path + ".json", "--save") as tmp_json, open(tmp_json, "w") as fh:
             json.dump(report, fh, indent=1, allow_nan=False)
-        os.replace(tmp_json, path + ".json")
-        os.replace(tmp_pt, path)
-    except OSError as exc:
-        raise InputError(f"--save {path}: cannot write it ({exc.strerror or exc})") from None
-    finally:
-        for tmp in (tmp_pt, tmp_json):
-            if os.path.exists(tmp):
-                os.remove(tmp)
 
 
 def write_outputs(args, res: dict, out: torch.Tensor) -> None:
-    """--gif and --save, after a run; both were checked writable before it started."""
+    """--gif and --save, after a run; `check_outputs` passed them before it started."""
     if args.gif:
         from cpcourse.viz.clips import save_gif
 
-        save_gif(res["clip"], args.gif)
+        save_gif(res["clip"], args.gif, name="--gif")
         res["report"]["gif"] = args.gif
     if args.save:
         save(out, res["report"], args.save)

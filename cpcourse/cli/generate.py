@@ -152,20 +152,18 @@ def main(argv: list[str]) -> int:
 def _check_one_clip(args: argparse.Namespace) -> tuple:
     """The flags of a one-clip run checked (and args.timeout, args.nproc filled in) before
     anything starts: (the --compare-to tensor or None, the --layout Layout or None)."""
-    from cpcourse.cli.clip_files import check_out, load_compare
+    from cpcourse.cli.clip_files import check_outputs, load_compare
 
-    args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout)
+    args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
+                                  high=3600)
     if args.attention == "factored" and args.full is not None:
         raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
                          "(factored attention takes --temporal)")
     if args.attention == "full" and args.temporal is not None:
         raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
                          "factored (full attention takes --full)")
-    if args.gif:
-        check_out("--gif", args.gif)
+    check_outputs(args)
     other = load_compare(args.compare_to) if args.compare_to else None
-    if args.save:
-        check_out("--save", args.save)
     layout = None
     if args.layout is not None:
         from cpcourse.support.layout import Layout

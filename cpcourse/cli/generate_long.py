@@ -8,17 +8,16 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.cli.clip_files import check_out, write_outputs
+from cpcourse.cli.clip_files import check_outputs, write_outputs
 from cpcourse.support.errors import positive_float
 
 
 def main_long(args) -> int:
     from cpcourse.runs.long_video import print_report, run_long
 
-    if args.gif:
-        check_out("--gif", args.gif)
-    if args.save:
-        check_out("--save", args.save)
+    check_outputs(args)
+    timeout = positive_float("--timeout", 300.0 if args.timeout is None else args.timeout,
+                             high=3600)
     frames = 4 * args.window if args.frames is None else args.frames
     stride = max(1, args.window // 2) if args.stride is None else args.stride
     res = run_long(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
@@ -27,7 +26,7 @@ def main_long(args) -> int:
                    noise=args.noise, parallel=args.parallel, steps=args.steps,
                    cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
                    dtype=args.dtype, compare=args.compare,
-                   timeout=positive_float("--timeout", args.timeout or 300.0, high=3600),
+                   timeout=timeout,
                    stream=False if args.json else True)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]

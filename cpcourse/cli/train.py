@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from cpcourse.support.errors import positive_float, positive_int, require
+from cpcourse.support.errors import positive_float, positive_int, require, seed_int
 
 
 def build_parser():
@@ -22,7 +22,8 @@ def build_parser():
 
     p = ArgumentParser(prog="cpcourse train", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="the weights file to write (.safetensors)")
-    p.add_argument("--minutes", type=float, default=None, help="train for this long")
+    p.add_argument("--minutes", type=float, default=None,
+                   help="train for this long (at least one step)")
     p.add_argument("--steps", type=int, default=None, help="or for this many steps")
     p.add_argument("--seed", type=int, default=0, help="data, noise and init seed")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
@@ -36,29 +37,12 @@ def main(argv: list[str]) -> int:
     from cpcourse.tinydit.training import evaluate, train
 
     args = build_parser().parse_args(argv)
-    require(args.minutes is not None or args.steps is not None,
-            "give --minutes M or --steps N (or both: whichever comes first)")
-    if args.minutes is not None:
-        positive_float("--minutes", args.minutes, high=24 * 60)
-    if args.steps is not None:
-        positive_int("--steps", args.steps)
-        require(args.steps <= 10**7, "--steps must be at most 10000000")
-    require(0 <= args.seed < 2**63, f"--seed must be in [0, 2**63), got {args.seed}")
-    if args.threads is not None:
-        require(1 <= args.threads <= (os.cpu_count() or 1),
-                f"--threads must be in [1, {os.cpu_count()}] (this machine's cores)")
-    out = os.path.abspath(args.out)
-    require(os.path.isdir(os.path.dirname(out)),
-            f"--out {args.out}: the folder {os.path.dirname(out)} does not exist")
-    require(not os.path.isdir(out), f"--out {args.out} is a directory: give a file name")
-    require(os.access(os.path.dirname(out), os.W_OK),
-            f"--out {args.out}: the folder {os.path.dirname(out)} is not writable")
+    out, eval_seeds = _check(args)
     res = train(out, minutes=args.minutes, steps=args.steps, seed=args.seed,
                 threads=args.threads, progress=sys.stderr)
     report = {"out": out, **res["run"], "first_loss": res["losses"][0]}
-    if args.eval_seeds:
-        report["eval"] = evaluate(res["model"], seeds=range(positive_int("--eval-seeds",
-                                                                         args.eval_seeds)))
+    if eval_seeds:
+        report["eval"] = evaluate(res["model"], seeds=range(eval_seeds))
     if args.json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -69,3 +53,24 @@ def main(argv: list[str]) -> int:
                 print(f"  {prompt:13s} direction {100 * r['direction']:3.0f}%  shape "
                       f"{100 * r['shape']:3.0f}%  one object {100 * r['present']:3.0f}% of frames")
     return 0
+
+
+def _check(args) -> tuple[str, int]:
+    """Every flag checked before training starts, so a mistake costs no minutes and leaves no
+    weights file: (the absolute --out, the number of --eval-seeds, 0 for none)."""
+    from cpcourse.support.out_files import check_writable
+    from cpcourse.tinydit.training import check_eval_seeds
+
+    require(args.minutes is not None or args.steps is not None,
+            "give --minutes M or --steps N (or both: whichever comes first)")
+    if args.minutes is not None:
+        positive_float("--minutes", args.minutes, high=24 * 60)
+    if args.steps is not None:
+        positive_int("--steps", args.steps)
+        require(args.steps <= 10**7, "--steps must be at most 10000000")
+    seed_int("--seed", args.seed)
+    if args.threads is not None:
+        require(1 <= args.threads <= (os.cpu_count() or 1),
+                f"--threads must be in [1, {os.cpu_count()}] (this machine's cores)")
+    eval_seeds = 0 if args.eval_seeds == 0 else check_eval_seeds("--eval-seeds", args.eval_seeds)
+    return check_writable("--out", args.out), eval_seeds

@@ -253,21 +253,17 @@ def build_model(cfg: DiTConfig, weight_seed: int = 0, dtype=torch.float32) -> Ti
     return model.to(dtype).eval()
 
 
-def save_weights(model: TinyVideoDiT, path: str, extra: dict) -> None:
-    """safetensors file; its metadata holds the model config and `extra` (JSON strings)."""
+def save_weights(model: TinyVideoDiT, path: str, extra: dict, name: str | None = None) -> None:
+    """safetensors file; its metadata holds the model config and `extra` (JSON strings). A
+    failure to write is an InputError naming `name` (the parameter that gave `path`)."""
     from safetensors.torch import save_file
+
+    from cpcourse.support.out_files import replacing
 
     meta = {"config": json.dumps(model.cfg.as_dict())}
     meta.update({k: json.dumps(v) for k, v in extra.items()})
-    tmp = f"{path}.tmp-{os.getpid()}"
-    try:
+    with replacing(path, name) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp, metadata=meta)
-        os.replace(tmp, path)
-    except OSError as exc:
-        raise InputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
 
 
 def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:

@@ -32,7 +32,7 @@ from importlib import resources
 
 import torch
 
-from cpcourse.support.errors import require
+from cpcourse.support.errors import positive_int, require
 from cpcourse.tinydit.model import (
     CPContext,
     DiTConfig,
@@ -53,6 +53,9 @@ SAMPLE_STEPS = 12
 TRAINED_DEFAULTS = {"frames": FRAMES, "height": SIZE, "width": SIZE, "steps": SAMPLE_STEPS,
                     "cfg_scale": 4.0}
 RANDOM_DEFAULTS = {"frames": 8, "height": 16, "width": 16, "steps": 4, "cfg_scale": 4.0}
+# `evaluate` samples all its seeds as one batch: ~100 KB of noise per seed and a forward at
+# twice the batch. 256 seeds take minutes on a laptop; 100000 would need tens of GB.
+MAX_EVAL_SEEDS = 256
 
 
 def shapes_config() -> DiTConfig:
@@ -116,8 +119,9 @@ def _bar(step: int, frac: float, loss: float, elapsed: float, width: int = 24) -
 def train(out: str | None = None, *, minutes: float | None = None, steps: int | None = None,
           seed: int = 0, cfg: DiTConfig | None = None, tc: TrainConfig = TrainConfig(),
           progress=None, threads: int | None = None) -> dict:
-    """Train until `steps` steps or `minutes` minutes (whichever is given; both: the first);
-    save the EMA weights to `out` (safetensors, with the configs and the run in its metadata).
+    """Train until `steps` steps or `minutes` minutes (whichever is given; both: the first),
+    and at least one step however small `minutes` is; save the EMA weights to `out`
+    (safetensors, with the configs and the run in its metadata).
 
     `progress`: a text stream for the progress bar (None: stderr when it is a terminal).
     Returns {"model", "losses" (per step), "steps", "seconds", "path"}.
@@ -146,7 +150,7 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
     while True:
         elapsed = time.perf_counter() - start
         frac = max(step / steps if steps else 0.0, elapsed / (60 * minutes) if minutes else 0.0)
-        if frac >= 1:
+        if frac >= 1 and step:  # at least one step: the losses and the report need one
             break
         for group in opt.param_groups:
             group["lr"] = _lr(step, frac, tc)
@@ -176,7 +180,7 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
            torch.get_num_threads(), "final_loss": sum(losses[-100:]) / len(losses[-100:]),
            "torch": torch.__version__, "frames": FRAMES, "size": SIZE}
     if out:
-        save_weights(model, out, {"train": asdict(tc), "run": run})
+        save_weights(model, out, {"train": asdict(tc), "run": run}, name="out")
     return {"model": model, "losses": losses, "steps": step, "seconds": seconds, "path": out,
             "run": run}
 
@@ -231,6 +235,8 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
 
     prompts, seeds = list(prompts or PROMPTS), list(seeds)
     require(seeds, "evaluate needs at least one seed")
+    require(len(seeds) <= MAX_EVAL_SEEDS,
+            f"evaluate takes at most {MAX_EVAL_SEEDS} seeds (one batch), got {len(seeds)}")
     shape = (1, model.cfg.in_channels, FRAMES, SIZE, SIZE)
     noise = torch.cat([initial_noise(shape, s) for s in seeds])  # one batch: seeds side by side
     out, rows, start = {}, [], time.perf_counter()
@@ -242,6 +248,14 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
     out["all"] = rates(rows)
     out["seconds_per_clip"] = (time.perf_counter() - start) / len(rows)
     return out
+
+
+def check_eval_seeds(name: str, value) -> int:
+    """How many seeds `evaluate` samples: 1 to MAX_EVAL_SEEDS, else an InputError naming
+    `name` (the flag that asked)."""
+    seeds = positive_int(name, value)
+    require(seeds <= MAX_EVAL_SEEDS, f"{name} {seeds}: use at most {MAX_EVAL_SEEDS}")
+    return seeds
 
 
 def rates(found: list[dict]) -> dict:

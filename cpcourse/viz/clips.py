@@ -37,9 +37,14 @@ def gif_bytes(clip: torch.Tensor, scale: int = 4, fps: float = 4.0) -> bytes:
     return buf.getvalue()
 
 
-def save_gif(clip: torch.Tensor, path: str, scale: int = 4, fps: float = 4.0) -> None:
+def save_gif(clip: torch.Tensor, path: str, scale: int = 4, fps: float = 4.0,
+             name: str | None = None) -> None:
+    """Write the clip as a GIF at `path`; a failure to write is an InputError naming `name`
+    (the flag or parameter that gave the path), else the path alone."""
+    from cpcourse.support.out_files import replacing
+
     data = gif_bytes(clip, scale, fps)
-    with open(path, "wb") as fh:
+    with replacing(path, name) as tmp, open(tmp, "wb") as fh:
         fh.write(data)
 
 

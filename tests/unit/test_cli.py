@@ -219,3 +219,35 @@ def test_library_parameters_map_to_real_flags():
         "--cp 9 is larger than the 4 tokens: use --cp 4 or fewer, or --nproc 2"
     assert as_flags("temporal_method must be one of x") == "--temporal must be one of x"
     assert as_flags("the tokens per rank: cps=2, `cpx`") == "the tokens per rank: cps=2, `cpx`"
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["train", "--steps", "1", "--eval-seeds", "-1"], "--eval-seeds must be > 0"),
+    (["train", "--steps", "1", "--eval-seeds", "100000"], "--eval-seeds 100000: use at most 256"),
+    (["train", "--steps", "1", "--seed", "-1"], "--seed must be a whole number"),
+    (["generate", "--window", "4", "--frames", "8", "--timeout", "0"], "--timeout must be"),
+    (["generate", "--window", "4", "--frames", "8", "--seed", "-1"], "--seed must be"),
+    (["generate", "--window", "4", "--frames", "8", "--seed", str(10**20)], "--seed must be"),
+    (["generate", "--nproc", "1", "--timeout", "1e9"], "--timeout must be"),
+    (["models", "--arch", "wan", "--seed", "-1"], "--seed must be"),
+])
+def test_every_path_checks_its_flags_before_any_work(capsys, tmp_path, argv, words):
+    """Refused before training or launching, and no weights file written."""
+    from unittest import mock
+
+    def no_work(*args, **kwargs):
+        raise AssertionError(f"{argv}: the work started before the flags were checked")
+
+    out_flag = ["--out", str(tmp_path / "w.safetensors")] if argv[0] == "train" else []
+    with mock.patch("cpcourse.launch.launcher.subprocess.Popen", no_work), \
+            mock.patch("cpcourse.tinydit.training.train", no_work):
+        code, out, err = run(capsys, *argv, *out_flag)
+    assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_train_runs_one_step_however_few_minutes(capsys, tmp_path):
+    """--minutes 1e-12 used to train zero steps and divide by zero in the progress bar."""
+    out = tmp_path / "w.safetensors"
+    code, stdout, _ = run(capsys, "train", "--out", str(out), "--minutes", "1e-12", "--json")
+    assert code == 0 and json.loads(stdout)["steps"] == 1 and out.exists()

@@ -179,6 +179,14 @@ def test_train_and_bench_shapes_refuse_bad_input(capsys, tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_evaluate_refuses_more_seeds_than_one_batch_holds():
+    """Every seed's noise goes into one batch: 100000 seeds was a 10 GB allocation."""
+    from cpcourse.tinydit.training import MAX_EVAL_SEEDS
+
+    with pytest.raises(InputError, match=f"at most {MAX_EVAL_SEEDS} seeds"):
+        evaluate(load_shapes_model(), seeds=range(MAX_EVAL_SEEDS + 1))
+
+
 def test_train_command_prints_progress_and_json(capsys, tmp_path):
     out = tmp_path / "w.safetensors"
     code, stdout, err = _run(capsys, "train", "--out", str(out), "--steps", "3", "--json")
