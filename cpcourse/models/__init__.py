@@ -10,11 +10,12 @@
 attention under CP), `attention` (the softmax over every rank's keys, text counted once),
 `rotary` (a shard's rotary rows at its global frame offset), `tiny` (configs and inputs),
 `sampler` (the model's own scheduler with CFG around it), `shards` (frame shards in and out),
-`compare` (what the CLI runs).
+`compare` (what the CLI runs), `pretrained` (real weights, a local folder checked first).
 """
 
-from cpcourse.models.build import ARCHS, build, example_inputs, from_pretrained, latent_shape
+from cpcourse.models.build import ARCHS, build, example_inputs, latent_shape
 from cpcourse.models.parallel import METHODS, parallelize, unparallelize
+from cpcourse.models.pretrained import from_pretrained
 from cpcourse.models.shards import gather_latents, shard_latents
 
 __all__ = ["ARCHS", "METHODS", "build", "example_inputs", "from_pretrained", "gather_latents",

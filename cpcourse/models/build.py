@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import InputError, positive_int, require
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,11 @@ def _diffusers():
     return diffusers
 
 
+def model_class(arch: str):
+    """The diffusers class of `arch` (imported on first use: the planner never needs it)."""
+    return getattr(_diffusers(), arch_info(arch).cls)
+
+
 def build(arch: str, tiny: bool = True, seed: int = 0, dtype=torch.float32, **overrides):
     """The tiny `arch` with weights drawn from `torch.manual_seed(seed)`, in eval mode.
 
@@ -89,7 +94,13 @@ def build(arch: str, tiny: bool = True, seed: int = 0, dtype=torch.float32, **ov
             f"from_pretrained({arch!r}, path_or_hub_id) (e.g. {info.real!r})")
     unknown = sorted(set(overrides) - set(info.tiny))
     require(not unknown, f"{arch} has no config entries {unknown}; it has {sorted(info.tiny)}")
-    cls = getattr(_diffusers(), info.cls)
+    overrides = {k: _override(k, v, info.tiny[k], arch) for k, v in overrides.items()}
+    if arch == "hunyuanvideo":  # either kind of block may be left out, not both
+        blocks = {k: overrides.get(k, info.tiny[k]) for k in ("num_layers", "num_single_layers")}
+        require(sum(blocks.values()) >= 1, f"hunyuanvideo needs at least one block: got "
+                f"num_layers={blocks['num_layers']}, num_single_layers="
+                f"{blocks['num_single_layers']}")
+    cls = model_class(arch)
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -97,6 +108,20 @@ def build(arch: str, tiny: bool = True, seed: int = 0, dtype=torch.float32, **ov
     finally:
         torch.random.set_rng_state(state)  # building a model must not move the caller's seed
     return cast(model, dtype).eval()
+
+
+def _override(name: str, value, default, arch: str):
+    """A config override of the default's kind: sizes whole numbers > 0 (heads=0 divides by
+    zero inside diffusers, layers=0 leaves no block to split), flags bools."""
+    if isinstance(default, bool):
+        require(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
+    elif isinstance(default, int):  # hunyuanvideo may drop a kind of block (checked above)
+        return positive_int(name, value, allow_zero=arch == "hunyuanvideo" and "layers" in name)
+    elif isinstance(default, tuple):
+        require(isinstance(value, tuple | list) and len(value) == len(default),
+                f"{name} must be {len(default)} whole numbers like {default}, got {value!r}")
+        return tuple(positive_int(f"{name}[{i}]", v) for i, v in enumerate(value))
+    return value
 
 
 def cast(model, dtype):
@@ -111,17 +136,6 @@ def cast(model, dtype):
         if t.is_floating_point() and not any(k in name.split(".") for k in keep):
             t.data = t.data.to(dtype)
     return model
-
-
-def from_pretrained(arch: str, path_or_id: str, dtype=torch.bfloat16, subfolder="transformer"):
-    """Real weights: `<Class>.from_pretrained(path_or_id, subfolder=..., torch_dtype=dtype)`.
-
-    The same class as `build`, so `parallelize` treats it the same way. Downloads when given a
-    hub id (never called by the tests).
-    """
-    info = arch_info(arch)
-    cls = getattr(_diffusers(), info.cls)
-    return cls.from_pretrained(path_or_id, subfolder=subfolder, torch_dtype=dtype).eval()
 
 
 def arch_of(model) -> Arch:

@@ -37,6 +37,7 @@ from cpcourse.ring import MODES as RING_MODES
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.groups import (
     agree,
+    agree_settings,
     all_gather_single,
     comm_device,
     gather_uneven,
@@ -246,6 +247,24 @@ def _mesh_state(mesh, model, heads: int, ring_mode: str, shard_io: bool) -> CPSt
     return cp
 
 
+def _agree_call(model, group, mesh, **args) -> None:
+    """Before any other check or collective: every rank of the group passes the same method and
+    settings and holds a model of the same shape, or all raise the same InputError (different
+    methods timed out in a send, different head counts aborted a rank)."""
+    from cpcourse.mesh import layout_of
+
+    if not dist.is_initialized():  # no other rank to agree with: parallelize's checks say so
+        return
+    attn = cp_attention_modules(model)
+    shape = {"attention layers": len(attn), "heads": attn[0].heads if attn else 0,
+             "head dim": getattr(model.config, "attention_head_dim", None),
+             "parameters": sum(p.numel() for p in model.parameters())}
+    agree_settings(group, "parallelize", model=type(model).__name__, **shape, **args,
+                   layout=None if mesh is None else str(layout_of(mesh)))
+    require(attn, f"{type(model).__name__} has no attention block to split: build it with "
+            "num_layers >= 1")
+
+
 def parallelize(model, group=None, method: str | None = None, ulysses: int | None = None,
                 ring_mode: str = "overlap", shard_io: bool = False, mesh=None):
     """Run `model` (a diffusers Wan / HunyuanVideo / CogVideoX transformer) under CP, in place.
@@ -261,6 +280,8 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
     Returns the model; `unparallelize(model)` undoes it (not tensor parallel: build afresh).
     """
     info = arch_of(model)
+    _agree_call(model, group, method=method, ulysses=ulysses, ring_mode=ring_mode,
+                shard_io=shard_io, mesh=mesh)
     if mesh is not None:
         require(group is None and method in (None, "usp") and ulysses is None,
                 "with a mesh, the CP ranks are its ring x ulysses dims: pass no group, method "

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cpcourse.planner.facts import facts, gpu_measured
-from cpcourse.support.errors import InputError
+from cpcourse.support.errors import InputError, require
 
 
 @dataclass(frozen=True)
@@ -200,6 +200,8 @@ def links() -> dict[str, Link]:
 
 def get_gpu(gpu_id: str) -> GPU:
     table = gpus()
+    require(isinstance(gpu_id, str), f"gpu must be an id (a string) such as 'h100', got "
+            f"{gpu_id!r}")
     key = _ALIASES.get(gpu_id.lower(), gpu_id.lower())
     if key not in table:
         raise InputError(f"unknown GPU {gpu_id!r}: use one of {', '.join(table)} "

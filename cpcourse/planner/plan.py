@@ -159,6 +159,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
             "released": bool(released)}
     how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
     if layout is not None:
+        require(isinstance(layout, str | Layout), f"layout must be a Layout or a string like "
+                f"'ring=2,ulysses=4', got {layout!r}")
         lay = Layout.parse(layout) if isinstance(layout, str) else layout
         if lay.world != gpus:
             raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "

@@ -194,6 +194,8 @@ def presets() -> dict[str, ModelPreset]:
 def get_model(model_id: str) -> ModelPreset:
     """The preset `model_id`, or an `InputError` listing the ids that exist."""
     table = presets()
+    require(isinstance(model_id, str), f"model must be a preset id (a string) such as "
+            f"{next(iter(table))!r}, got {model_id!r} (see `cpcourse tokens --list`)")
     if model_id not in table:
         close = [k for k in table if model_id.lower().split("-")[0] in k]
         raise InputError(f"unknown model {model_id!r}: use one of "

@@ -18,7 +18,8 @@ import statistics
 from cpcourse.planner.facts import holdout_runs, published_runs, published_runs_settings
 from cpcourse.planner.hardware import get_gpu
 from cpcourse.planner.plan import plan
-from cpcourse.support.errors import require
+from cpcourse.planner.tokens import get_model
+from cpcourse.support.errors import positive_float, positive_int, require
 from cpcourse.support.layout import Layout
 
 
@@ -26,6 +27,12 @@ def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
     """(s, w) of the least-squares fit t = s + w / P to (P, seconds) points of one table: the
     part of a run that did not shrink with the GPUs, and the part that did. What published
     times imply, measured nowhere; with two points it is the exact split."""
+    require(isinstance(points, list | tuple) and all(
+        isinstance(pt, list | tuple) and len(pt) == 2 for pt in points),
+        f"points must be (GPUs, seconds) pairs, got {points!r}")
+    # 1 / 0 GPUs, or a NaN time, would come back as a fit of NaN or a ZeroDivisionError
+    points = [(positive_int(f"points[{i}] GPUs", p), positive_float(f"points[{i}] seconds", t))
+              for i, (p, t) in enumerate(points)]
     require(len({p for p, _ in points}) >= 2,
             "two GPU counts are needed to split a time into a serial and a parallel part")
     xs, ts = [1 / p for p, _ in points], [t for _, t in points]
@@ -109,10 +116,11 @@ def track_record(model_id: str, gpu_id: str) -> dict:
     one. Keys: scope, tables, runs, ratio_min, ratio_max (predicted / published), speedups
     (per table: published, predicted) and serial (per table: implied by the runs, charged by
     the model, in seconds)."""
+    # an unknown id (a typo) would otherwise read as "no published run of this model"
+    model_id, gpu_id = get_model(model_id).id, get_gpu(gpu_id).id
     v = validate()
     rows = v["rows"] + v["holdout"]["rows"]
     speedups = {**v["speedups"], **v["holdout"]["speedups"]}
-    gpu_id = get_gpu(gpu_id).id
     scope, near = "this model on this GPU", [
         r for r in rows if r["model"] == model_id and get_gpu(r["gpu"]).id == gpu_id]
     if not near:

@@ -25,7 +25,9 @@ def require(ok: bool, message: str) -> None:
 
 def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
     """Return `value` as an int, or raise an `InputError` naming the parameter `name` to fix."""
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value):
+    # is_integer() is False for nan and inf, which int() would refuse naming no argument
+    if isinstance(value, bool) or not isinstance(value, int | float) or (
+            isinstance(value, float) and not value.is_integer()):
         raise InputError(f"{name} must be a whole number, got {value!r}")
     value = int(value)
     low = 0 if allow_zero else 1

@@ -167,6 +167,24 @@ def agree(group=None, seq_dim: int = 2, **tensors: torch.Tensor) -> dict[str, li
     return result
 
 
+def agree_settings(group, what: str, **settings) -> None:
+    """Raise the same InputError on every rank of `group` unless every rank passes the same
+    `settings` (compared by repr). Ranks that disagree on a method or a model's shape otherwise
+    part ways in their first collective: a timeout with no diagnosis, or a gloo abort."""
+    rank, world = require_group(group, what)
+    if world == 1:
+        return
+    mine = {name: repr(value) for name, value in settings.items()}
+    every: list = [None] * world
+    with tracked(f"all_gather_object ({what} agreement)", group=group):
+        dist.all_gather_object(every, mine, group=group)
+    differ = [f"{name} (rank 0 has {every[0][name]}, rank {r} has {row[name]})"
+              for name in mine for r, row in enumerate(every) if row[name] != every[0][name]]
+    if differ:
+        raise InputError(f"{what}: every rank must pass the same settings, and they differ in "
+                         f"{'; '.join(differ[:4])} (this is rank {rank})")
+
+
 def all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group=None) -> None:
     """Gather equal-sized `tensor`s of every rank into `output` (rank-major), across torch versions.
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import InputError, positive_int, require
 
 DIMS = ("cfg", "ring", "ulysses", "tp")
 
@@ -89,6 +89,7 @@ def layouts(world: int, heads: int | None = None, cfg: bool = True) -> list[Layo
     `cfg=False` (a guidance-distilled model: one forward per step) keeps cfg at 1."""
     require(isinstance(world, int) and 1 <= world <= 4096,
             f"world must be a whole number from 1 to 4096, got {world!r}")
+    heads = _heads(heads)
     found = []
     for c in ((1, 2) if cfg else (1,)):
         if world % c:
@@ -100,6 +101,11 @@ def layouts(world: int, heads: int | None = None, cfg: bool = True) -> list[Layo
     return found
 
 
+def _heads(heads):
+    """None, or a whole number > 0: heads=0 divides by everything, so every layout passed."""
+    return None if heads is None else positive_int("heads", heads)
+
+
 def _listing(options: list[Layout], limit: int = 8) -> str:
     text = "; ".join(str(o) for o in options[:limit])
     return text + (f"; and {len(options) - limit} more" if len(options) > limit else "")
@@ -107,6 +113,7 @@ def _listing(options: list[Layout], limit: int = 8) -> str:
 
 def check_layout(layout: Layout, world: int | None = None, heads: int | None = None) -> Layout:
     """The layout, or an InputError naming what to change and the layouts that would work."""
+    heads = _heads(heads)
     if world is not None and layout.world != world:
         raise InputError(
             f"layout {layout} needs {layout.world} ranks but the world has {world}: the degrees "

@@ -65,6 +65,7 @@ def window_starts(frames: int, window: int, stride: int) -> list[int]:
 def blend_weights(window: int, blend: str = "pyramid") -> torch.Tensor:
     """One window's weights over its frames `[W]` (float64) before normalising."""
     require(blend in BLENDS, f"blend must be one of {BLENDS}, got {blend!r}")
+    window = positive_int("window", window)
     i = torch.arange(window, dtype=torch.float64)
     return torch.ones(window, dtype=torch.float64) if blend == "flat" else torch.minimum(
         i + 1, window - i)

@@ -44,12 +44,15 @@ def cases(world: int) -> list[dict]:
 
 def run_cases(specs: list[dict]) -> list:
     """On every rank: each case's output, or the InputError's message for a refusal."""
+    import torch.distributed as dist
+
     from cpcourse.models import parallel
     from cpcourse.models.compare import rank_forward
     from cpcourse.support.errors import InputError
 
     results = []
     for spec in specs:
+        spec = spec["per_rank"][dist.get_rank()] if "per_rank" in spec else spec
         if spec.get("bug") == "rope_offset":  # every rank numbers its frames from 0
             real = parallel.wan_rope_shard
             parallel.wan_rope_shard = lambda rope, f0, nf, h, w, real=real: real(rope, 0, nf, h, w)
@@ -89,13 +92,19 @@ def test_refusals_and_the_rope_offset_bug():
     specs = [{"arch": "wan", "method": "ulysses", "config": {"num_attention_heads": 4}},
              {"arch": "hunyuanvideo", "method": "usp", "ulysses": 2},
              {"arch": "wan", "method": "ring", "frames": 2},
-             {"arch": "wan", "method": "ring", "bug": "rope_offset"}]
+             {"arch": "wan", "method": "ring", "bug": "rope_offset"},
+             # ranks that disagree: a send timed out after 30 s, a rank aborted (SIGABRT)
+             {"per_rank": [{"arch": "wan", "method": m} for m in ("ring", "ulysses", "ring")]},
+             {"per_rank": [{"arch": "wan", "method": "ring", "config": c}
+                           for c in ({}, {"num_attention_heads": 6}, {})]}]
     per_rank = launch("tests/dist/test_models_cp.py:run_cases", 3, args=(specs,), timeout=240,
                       stream=False)
     for outs in per_rank:
         assert "4 heads" in outs[0] and "1" in outs[0] and "ring" in outs[0], outs[0]
         assert "divides the 3 ranks" in outs[1], outs[1]
         assert "at least 3 latent frames" in outs[2], outs[2]
+        assert "method (rank 0 has 'ring', rank 1 has 'ulysses')" in outs[4], outs[4]
+        assert "heads (rank 0 has 12, rank 1 has 6)" in outs[5], outs[5]
     want, _ = reference(specs[3])
     err = float((per_rank[0][3] - want).abs().max())
     # no error is raised: the video is just wrong, by far more than any rounding

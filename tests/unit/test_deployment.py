@@ -181,6 +181,10 @@ def test_amdahl_fit_splits_a_time_into_serial_and_parallel():
     assert amdahl_fit([(1, 900.0), (4, 300.0)])[0] == pytest.approx((4 * 300 - 900) / 3)
     with pytest.raises(InputError, match="two GPU counts"):
         amdahl_fit([(4, 10.0), (4, 11.0)])
+    with pytest.raises(InputError, match=r"points\[0\] GPUs must be > 0"):
+        amdahl_fit([(0, 1.0), (1, 2.0)])  # was a ZeroDivisionError
+    with pytest.raises(InputError, match=r"points\[1\] seconds must be a positive finite"):
+        amdahl_fit([(1, 2.0), (2, float("nan"))])  # was a fit of (nan, nan)
 
 
 def test_validation_sets_the_implied_serial_part_beside_the_models_fixed_costs():
@@ -213,6 +217,9 @@ def test_the_track_record_is_the_nearest_published_runs():
     # a model with no published run says so, with nothing to show
     t = track_record("cogvideox-5b", "h100")
     assert t["runs"] == 0 and t["ratio_min"] is None and t["tables"] == []
+    # a model the planner does not know is refused, not reported as never published
+    with pytest.raises(InputError, match="unknown model 'nosuch'.*wan2.1-t2v-14b"):
+        track_record("nosuch", "h100")
 
 
 def test_held_out_runs_are_predicted_apart_from_the_validation_set():

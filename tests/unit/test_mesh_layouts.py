@@ -54,6 +54,16 @@ def test_refusals_name_what_works():
         check_layout(Layout(ulysses=8), 8, 12)
 
 
+@pytest.mark.parametrize("heads,words", [(0, "heads must be > 0"), (-4, "heads must be > 0"),
+                                         (2.5, "heads must be a whole number")])
+def test_head_counts_that_divide_nothing_are_refused(heads, words):
+    # heads=0 is divisible by every degree: 27 layouts of 12 ranks passed, -4 gave 9
+    with pytest.raises(InputError, match=words):
+        layouts(12, heads=heads)
+    with pytest.raises(InputError, match=words):
+        check_layout(Layout(ulysses=2), heads=heads)
+
+
 def test_one_rank_sends_nothing_and_ulysses_shrinks_the_ring():
     cfg = DiTConfig(attention="full", hidden=32, heads=4)
     shape = [1, 4, 8, 8, 8]

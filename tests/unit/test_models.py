@@ -75,6 +75,76 @@ def test_bad_builds_and_inputs_are_refused():
         example_inputs("wan", height=7)
 
 
+@pytest.mark.parametrize("overrides,words", [
+    ({"num_layers": 0}, "num_layers must be > 0"),  # was an IndexError in parallelize
+    ({"num_attention_heads": 0}, "num_attention_heads must be > 0"),  # ZeroDivisionError
+    ({"num_attention_heads": 2.5}, "num_attention_heads must be a whole number"),
+    ({"ffn_dim": -64}, "ffn_dim must be > 0"),
+    ({"patch_size": (1, 0, 2)}, r"patch_size\[1\] must be > 0"),
+    ({"cross_attn_norm": 1}, "cross_attn_norm must be True or False"),
+])
+def test_size_overrides_must_be_positive(overrides, words):
+    with pytest.raises(InputError, match=words):
+        build("wan", **overrides)
+
+
+def test_hunyuanvideo_may_drop_one_kind_of_block_not_both():
+    assert len(build("hunyuanvideo", num_layers=0).single_transformer_blocks) == 1
+    with pytest.raises(InputError, match="needs at least one block"):
+        build("hunyuanvideo", num_layers=0, num_single_layers=0)
+
+
+def _folder(root, config) -> str:
+    (root / "transformer").mkdir(parents=True)
+    (root / "transformer" / "config.json").write_text(config)
+    return str(root)
+
+
+def test_from_pretrained_refuses_local_paths_before_diffusers(tmp_path, monkeypatch):
+    from cpcourse.models import from_pretrained, pretrained
+
+    class Unreachable:  # a refusal that reached diffusers could have gone to the network
+        @staticmethod
+        def from_pretrained(*args, **kwargs):
+            raise AssertionError(f"diffusers was called with {args}")
+
+    monkeypatch.setattr(pretrained, "model_class", lambda arch: Unreachable)
+    (tmp_path / "file.txt").write_text("x")
+    (tmp_path / "empty").mkdir()
+    cases = {"/nonexistent/path/model": "no such file or folder",
+             "": "path_or_id is empty",
+             str(tmp_path / "empty"): r"has no transformer/config\.json",
+             _folder(tmp_path / "bad", "{not json"): "not readable JSON",
+             _folder(tmp_path / "cog", '{"_class_name": "CogVideoXTransformer3DModel"}'):
+                 "is for a CogVideoXTransformer3DModel",
+             str(tmp_path / "file.txt"): "is a file, not a folder"}
+    for path, words in cases.items():
+        with pytest.raises(InputError, match=words):
+            from_pretrained("wan", path)
+    with pytest.raises(InputError, match="path_or_id must be"):
+        from_pretrained("wan", 3)
+    assert not pretrained.looks_local("Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+    assert all(pretrained.looks_local(p) for p in ("a/b/c", "./wan", "~/wan", "a b"))
+
+
+def test_from_pretrained_loads_a_local_folder_and_names_missing_weights(tmp_path, monkeypatch):
+    from cpcourse.models import from_pretrained, pretrained
+
+    # CogVideoX: no float32-kept modules, so diffusers loads it without accelerate
+    model = build("cogvideox")
+    model.save_pretrained(tmp_path / "ok" / "transformer")
+    loaded = from_pretrained("cogvideox", tmp_path / "ok", dtype=torch.float32)
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(),
+                                                 loaded.state_dict().values(), strict=True))
+    (tmp_path / "ok" / "transformer" / "diffusion_pytorch_model.safetensors").unlink()
+    with pytest.raises(InputError, match="diffusers could not load CogVideoXTransformer3DModel"):
+        from_pretrained("cogvideox", tmp_path / "ok")
+    # Wan keeps modules in float32: without accelerate, diffusers would refuse after the download
+    monkeypatch.setattr(pretrained, "has_accelerate", lambda: False)
+    with pytest.raises(InputError, match="pip install accelerate"):
+        from_pretrained("wan", "Wan-AI/Wan2.1-T2V-1.3B-Diffusers")
+
+
 def test_cast_keeps_the_fp32_modules(wan):
     model = cast(build("wan"), torch.bfloat16)
     assert model.rope.freqs_cos.dtype == torch.float32  # not rounded to bf16

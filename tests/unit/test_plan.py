@@ -42,3 +42,16 @@ def test_bad_input():
         plan("wan2.1-t2v-14b", gpus=6, nodes=4)
     with pytest.raises(InputError, match="unknown model"):
         plan("sora-2", gpus=8)
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    ({"height": float("nan")}, "height must be a whole number, got nan"),
+    ({"gpus": float("inf")}, "gpus must be a whole number, got inf"),
+    ({"layout": 8}, "layout must be a Layout or a string"),
+    ({"gpu": 100}, "gpu must be an id"),
+])
+def test_wrong_types_and_non_finite_sizes_are_named(kwargs, words):
+    with pytest.raises(InputError, match=words):
+        plan("wan2.1-t2v-1.3b", **kwargs)
+    with pytest.raises(InputError, match="model must be a preset id"):
+        plan(8)

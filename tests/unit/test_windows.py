@@ -91,6 +91,11 @@ def test_freenoise_reuses_earlier_noise():
     (lambda: frame_weights(8, [], 4), "starts is empty"),
     (lambda: frame_weights(8, [5], 4), "outside the video"),
     (lambda: frame_weights(8, [0], 0), "window must be > 0"),
+    (lambda: frame_weights(8, [10], 4), r"start 10 is outside the video.*\[0, 4\]"),
+    (lambda: frame_weights(8, [-2], 4), "start -2 is outside the video"),
+    (lambda: blend_weights(0), "window must be > 0"),  # was an empty tensor
+    (lambda: blend_weights(-1), "window must be > 0"),  # was torch's RuntimeError
+    (lambda: sample_windows(None, torch.zeros(1, 8, 4, 4), 0), r"noise must be \[B, C, T"),
     (lambda: reschedule_noise(initial_noise((1, 3, 8, 4, 4), 0), 0, 2, 0), "window must be"),
     (lambda: reschedule_noise(initial_noise((1, 3, 8, 4, 4), 0), 4, -1, 0), "stride must be"),
     (lambda: reschedule_noise(torch.zeros(3, 8), 4, 2, 0), r"noise must be \[B, C, T"),
