@@ -23,7 +23,7 @@ import argparse
 import json
 
 from cpcourse.cli.modes import ALWAYS, refuse_inactive
-from cpcourse.runs.generate import run_generate
+from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
 from cpcourse.tinydit.model import ATTENTIONS
 from cpcourse.tinydit.sampling import DTYPES
@@ -128,18 +128,20 @@ def main(argv: list[str]) -> int:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
     other, layout = _check_one_clip(args)
-    res = run_generate(args.nproc, args.seed, prompt=args.prompt, weights=args.weights,
-                       frames=args.frames, height=args.height, width=args.width,
-                       steps=args.steps, cfg_scale=args.cfg, label=args.label,
-                       attention=args.attention, temporal_method=args.temporal or "all_to_all",
-                       full_method=args.full or "ring", dtype=args.dtype, compare=args.compare,
-                       timeout=args.timeout, stream=False if args.json else True,
-                       layout=layout)
+    run = dict(prompt=args.prompt, weights=args.weights, frames=args.frames,
+               height=args.height, width=args.width, steps=args.steps, cfg_scale=args.cfg,
+               label=args.label, attention=args.attention,
+               temporal_method=args.temporal or "all_to_all", full_method=args.full or "ring",
+               dtype=args.dtype, layout=layout)
+    if other is not None:  # the run's shape is known before it starts
+        made = check_request(args.nproc, args.seed, **run).output_shape
+        require(tuple(other.shape) == made, f"--compare-to {args.compare_to} holds a tensor of "
+                f"shape {tuple(other.shape)}, this run makes {made}")
+    res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
+                       stream=False if args.json else True, **run)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
-        require(other.shape == out.shape, f"--compare-to {args.compare_to} holds a tensor of "
-                f"shape {tuple(other.shape)}, this run made {tuple(out.shape)}")
         report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
     write_outputs(args, res, out)
     if args.json:

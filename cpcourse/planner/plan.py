@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from cpcourse.planner.costs import MAX_GPUS
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
-from cpcourse.support.layout import Layout, layouts
+from cpcourse.support.layout import MAX_WORLD, Layout, layouts
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 
@@ -140,8 +139,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
             f"are recorded for {m.id}, so the plan would be the bf16 one: drop released")
     tok = model_tokens(model_id, height, width, frames)
     gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
-    require(gpus <= MAX_GPUS, f"gpus {gpus} is more GPUs than any cluster has: "
-            f"use {MAX_GPUS} or fewer")
+    require(gpus <= MAX_WORLD, f"gpus {gpus}: the planner lays out at most {MAX_WORLD} "
+            f"GPUs: use {MAX_WORLD} or fewer")
     require(gpus % nodes == 0, f"gpus {gpus} do not split evenly over nodes={nodes}")
     steps = positive_int("steps", 50 if steps is None else steps)
     require(steps <= 10000, f"steps {steps}: use at most 10000")

@@ -49,6 +49,12 @@ class GenerateRequest:
     def trained(self) -> bool:
         return self.path is not None
 
+    @property
+    def output_shape(self) -> tuple[int, ...]:
+        """What the run returns: the clip [T, 3, H, W] (trained weights), else the latents."""
+        b, c, t, h, w = self.shape
+        return (t, c, h, w) if self.trained else self.shape
+
     def rank_spec(self) -> dict:
         """What every rank (and the one-process reference) is handed."""
         spec = {"model": self.cfg.as_dict(), "weights": self.path, "dtype": self.dtype,

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from cpcourse.support.errors import InputError, positive_int, require
 
 DIMS = ("cfg", "ring", "ulysses", "tp")
+MAX_WORLD = 4096  # ranks in one layout: the planner enumerates every layout up to it
 
 
 @dataclass(frozen=True)
@@ -30,8 +31,9 @@ class Layout:
     def __post_init__(self):
         for name in DIMS:
             value = getattr(self, name)
-            require(isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 4096,
-                    f"layout {name} must be a whole number from 1 to 4096, got {value!r}")
+            require(isinstance(value, int) and not isinstance(value, bool)
+                    and 1 <= value <= MAX_WORLD, f"layout {name} must be a whole number from 1 "
+                    f"to {MAX_WORLD}, got {value!r}")
         require(self.cfg in (1, 2), f"cfg must be 1 or 2 (the conditional and unconditional "
                 f"passes are two), got {self.cfg}")
 
@@ -87,8 +89,8 @@ def divisors(n: int) -> list[int]:
 def layouts(world: int, heads: int | None = None, cfg: bool = True) -> list[Layout]:
     """Every layout of `world` ranks whose Ulysses x TP degree divides `heads` (when given);
     `cfg=False` (a guidance-distilled model: one forward per step) keeps cfg at 1."""
-    require(isinstance(world, int) and 1 <= world <= 4096,
-            f"world must be a whole number from 1 to 4096, got {world!r}")
+    require(isinstance(world, int) and 1 <= world <= MAX_WORLD,
+            f"world must be a whole number from 1 to {MAX_WORLD}, got {world!r}")
     heads = _heads(heads)
     found = []
     for c in ((1, 2) if cfg else (1,)):

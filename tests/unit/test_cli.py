@@ -80,7 +80,8 @@ def test_model_fills_dimensions(capsys):
     (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "8", "--gpu", "tpu-v5"], "unknown GPU"),
     (["tokens", "--height", "abc"], "invalid int value"),
     # sizes that used to run until killed (an O(n) loop, a list as long as the GPU count)
-    (["plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "1000000000"], "use 1048576"),
+    (["plan", "--model", "cosmos-1.0-diffusion-7b", "--gpus", "1000000000"], "use 4096 or fewer"),
+    (["plan", "--model", "wan2.1-t2v-14b", "--gpus", "4097"], "--gpus 4097: the planner lays out"),
     (["memory", "--tokens", "432000", "--hidden", "4096", "--heads", "32", "--cp",
       "1000000000"], "use 1048576 or fewer"),
     (["comm", "--tokens", "432000", "--cp", "1000000000", "--heads", "32", "--head-dim", "128",
@@ -251,3 +252,17 @@ def test_train_runs_one_step_however_few_minutes(capsys, tmp_path):
     out = tmp_path / "w.safetensors"
     code, stdout, _ = run(capsys, "train", "--out", str(out), "--minutes", "1e-12", "--json")
     assert code == 0 and json.loads(stdout)["steps"] == 1 and out.exists()
+
+
+def test_a_compare_to_of_the_wrong_shape_is_refused_before_the_run(tmp_path, capsys):
+    """The run's shape is known up front: no processes start for a comparison that must fail."""
+    import torch
+
+    from cpcourse.cli import main
+
+    other = tmp_path / "other.pt"
+    torch.save(torch.zeros(1, 4, 8, 16, 16), other)  # random-weight latents
+    assert main(["generate", "--nproc", "1", "--compare-to", str(other), "--timeout",
+                 "0.001"]) == 2  # a launch would time out instead
+    err = capsys.readouterr().err
+    assert "this run makes (8, 3, 32, 32)" in err and err.count("\n") == 1, err
