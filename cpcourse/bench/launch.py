@@ -23,7 +23,7 @@ import sys
 import time
 import uuid
 
-from cpcourse.support.errors import ArgumentParser, positive_int
+from cpcourse.support.errors import ArgumentParser, positive_int, require
 
 
 def raise_after_barrier() -> None:
@@ -63,14 +63,15 @@ def _left_after_kill(nproc: int, sig: int) -> int:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.launch import RankError, launch
+    from cpcourse.launch import RankError, check_nproc, launch
 
-    p = ArgumentParser(prog="python -m cpcourse.bench.launch", description=__doc__.split("\n")[0])
+    p = ArgumentParser(prog="cpcourse bench launch", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
-    nproc, repeats = positive_int("--nproc", args.nproc), positive_int("--repeats", args.repeats)
+    nproc, repeats = check_nproc(args.nproc, "--nproc"), positive_int("--repeats", args.repeats)
+    require(repeats <= 20, f"--repeats {repeats}: use at most 20 (each is two launches)")
     quiet = dict(stream=False, timeout=60)
     starts, latencies = [], []
     for _ in range(repeats):

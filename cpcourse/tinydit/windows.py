@@ -41,6 +41,9 @@ NOISES = ("independent", "freenoise")
 STATE_COPIES = 2  # the sampler holds the latent video twice: x and the blended prediction
 
 
+MAX_FRAMES = 1 << 16  # a long video's frames: past this, the weights alone fill memory
+
+
 def window_starts(frames: int, window: int, stride: int) -> list[int]:
     """First frame of every window: 0, stride, 2 * stride, ..., and frames - window at the end.
 
@@ -51,6 +54,7 @@ def window_starts(frames: int, window: int, stride: int) -> list[int]:
     for name, n in (("frames", frames), ("window", window), ("stride", stride)):
         require(isinstance(n, int) and not isinstance(n, bool) and n >= 1,
                 f"{name} must be a whole number >= 1, got {n!r}")
+    require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
     require(window <= frames, f"a window of {window} frames is longer than the {frames}-frame "
             f"video: use a window of 1 .. {frames} frames (or a longer video)")
     require(stride <= window, f"a stride of {stride} frames after a {window}-frame window leaves"
@@ -66,6 +70,7 @@ def blend_weights(window: int, blend: str = "pyramid") -> torch.Tensor:
     """One window's weights over its frames `[W]` (float64) before normalising."""
     require(blend in BLENDS, f"blend must be one of {BLENDS}, got {blend!r}")
     window = positive_int("window", window)
+    require(window <= MAX_FRAMES, f"window {window}: use at most {MAX_FRAMES} frames")
     i = torch.arange(window, dtype=torch.float64)
     return torch.ones(window, dtype=torch.float64) if blend == "flat" else torch.minimum(
         i + 1, window - i)
@@ -78,6 +83,7 @@ def frame_weights(frames: int, starts: list[int], window: int, blend: str = "pyr
     `window_starts` makes them): an uncovered frame would have no prediction to take.
     """
     frames, window = positive_int("frames", frames), positive_int("window", window)
+    require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
     require(window <= frames, f"a window of {window} frames is longer than the {frames}-frame "
             "video")
     require(len(starts) > 0, "starts is empty: give at least one window start "

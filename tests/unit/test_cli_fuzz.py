@@ -8,8 +8,9 @@ valid, boundary and hostile values (0, -1, 2**63, nan, inf, 1e308, 1e-320, "", w
 and calls the command in-process. Whatever it draws, the command either succeeds with one JSON
 object that strict parsers accept (no NaN, no Infinity) or fails with status 2 and exactly one
 line on stderr; no exception escapes and no call runs for long. The commands that start
-processes (demo, generate, bench ring) get hostile values only: they must refuse before any
-process starts. Derandomized, so CI sees the same examples every run.
+processes (demo, generate in each mode, models, bench ring|models|launch|windows|mesh) get
+hostile values only: they must refuse before any process starts. Derandomized, so CI sees
+the same examples every run.
 """
 
 from __future__ import annotations
@@ -57,17 +58,43 @@ FLAGS = {
              "--link-efficiency": FLOATS, "--attn-efficiency": FLOATS, "--layers": INTS,
              "--gpu": st.sampled_from(WORDS["--gpu"])},
     "plan": {"--model": MODELS, "--gpus": INTS, "--nodes": INTS, "--height": INTS,
-             "--width": INTS, "--frames": INTS, "--gpu": st.sampled_from(WORDS["--gpu"])},
+             "--width": INTS, "--frames": INTS, "--gpu": st.sampled_from(WORDS["--gpu"]),
+             "--steps": INTS, "--kernel": st.sampled_from(["auto", "fa2", "fa3", "sdpa", "x"]),
+             "--layout": st.sampled_from(["cfg=2,ulysses=4", "ring=8", "tp=3", "ring=0", "x=2",
+                                          "", "ulysses=2,ring=2,tp=2"]),
+             **{f: st.none() for f in ("--validate", "--released", "--offload", "--fsdp",
+                                       "--text-encoder-cpu")}},
 }
 # Commands that start processes: only values every check refuses, so nothing is launched.
 REFUSED = ["0", "-1", "nan", "inf", "1e308", "abc", "", str(2**63)]
 ANY_NUMBER_REFUSED = ["nan", "inf", "-inf", "1e308", "abc", ""]  # for flags that take 0 or < 0
-LAUNCHING = {"demo": {f: REFUSED for f in ("--nproc", "--seq-len", "--heads", "--head-dim",
-                                             "--timeout")},
-             "generate": {**{f: REFUSED for f in ("--nproc", "--frames", "--steps",
-                                                  "--timeout")}, "--cfg": ANY_NUMBER_REFUSED},
-             "bench ring": {f: REFUSED for f in ("--nproc", "--seq-len", "--heads",
-                                                 "--repeats")}}
+SEEDS_REFUSED = ["-1", str(2**64), "nan", "abc", ""]
+
+
+def _refused(*flags: str) -> dict[str, list[str]]:
+    return {f: REFUSED for f in flags}
+
+
+# Each command (with the flags that choose its mode) and the flags to poison in that mode.
+LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "--timeout"),
+             "generate": {**_refused("--nproc", "--frames", "--steps", "--timeout"),
+                          "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
+             "generate --window 4": {**_refused("--nproc", "--frames", "--stride", "--steps",
+                                                "--timeout", "--height"),
+                                     "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
+             "generate --layout cfg=2": {**_refused("--frames", "--steps", "--timeout"),
+                                         "--seed": SEEDS_REFUSED},
+             "models --arch wan": {**_refused("--nproc", "--frames", "--height", "--width",
+                                              "--batch", "--sample-steps", "--timeout"),
+                                   "--seed": SEEDS_REFUSED},
+             "models --arch wan --method usp": _refused("--ulysses"),
+             "models --arch wan --sample-steps 2": {"--cfg-scale": [*ANY_NUMBER_REFUSED, "1e4"]},
+             "bench ring": _refused("--nproc", "--seq-len", "--heads", "--repeats"),
+             "bench models": _refused("--nproc", "--frames", "--size", "--timeout"),
+             "bench launch": _refused("--nproc", "--repeats"),
+             "bench windows": _refused("--window", "--stride", "--seeds", "--steps"),
+             "bench mesh": _refused("--frames", "--size", "--hidden", "--depth", "--steps",
+                                    "--repeats")}
 
 
 def _strict(text: str):
@@ -114,7 +141,8 @@ def calculator_argv(draw):
                             max_size=3 if args else 7))
     for flag in changes:
         args[flag] = draw(FLAGS[command][flag])
-    return [command, *(x for kv in args.items() for x in kv), "--json"]
+    # a switch (drawn as None) takes no value
+    return [command, *(x for kv in args.items() for x in kv if x is not None), "--json"]
 
 
 @settings(max_examples=EXAMPLES, derandomize=True, deadline=None,
@@ -126,7 +154,7 @@ def test_calculators_succeed_with_strict_json_or_fail_in_one_line(argv):
     _check(argv, code, out, err, seconds)
 
 
-@settings(max_examples=max(30, EXAMPLES // 6), derandomize=True, deadline=None)
+@settings(max_examples=max(60, EXAMPLES // 3), derandomize=True, deadline=None)
 @given(command=st.sampled_from(sorted(LAUNCHING)), data=st.data())
 def test_launching_commands_refuse_bad_numbers_before_starting(command, data):
     flag = data.draw(st.sampled_from(sorted(LAUNCHING[command])))
