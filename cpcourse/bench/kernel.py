@@ -38,6 +38,7 @@ from cpcourse.support.errors import (
 
 DTYPES = ("fp32", "bf16", "fp16")
 TARGET_RATIO = 0.95
+MAX_LENGTH = 1 << 20  # tokens per sequence
 _GPU_NAMES = {"H200": "h200", "H100": "h100", "A100": "a100", "B200": "b200"}
 
 
@@ -65,7 +66,12 @@ def _lengths(text: str) -> list[int]:
     except ValueError:
         raise InputError(f"--lengths must be comma-separated whole numbers, got {text!r}") from None
     require(values, "--lengths needs at least one length")
-    return [positive_int("--lengths", x) for x in values]
+    values = [positive_int("--lengths", x) for x in values]
+    # Past this the inputs alone are gigabytes and the L^2 work takes hours; far past it torch
+    # fails in C++ ("Overflow when unpacking long long") with a traceback.
+    require(max(values) <= MAX_LENGTH, f"--lengths {max(values)} is longer than this benchmark "
+            f"runs: use lengths of 1 .. {MAX_LENGTH}")
+    return values
 
 
 def _timer(device: str):

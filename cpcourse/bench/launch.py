@@ -16,10 +16,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 
@@ -49,16 +51,23 @@ def _left_after_kill(nproc: int, sig: int) -> int:
     code = (f"from cpcourse.launch import launch\n"
             f"launch('cpcourse.bench.launch:sleep_forever', {nproc}, timeout=600, "
             f"env={{'BENCH_MARK': {mark!r}}})\n")
-    caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
-                              stderr=subprocess.DEVNULL, start_new_session=True)
-    for _ in range(nproc):
-        caller.stdout.readline()
-    caller.send_signal(sig)
-    caller.wait(timeout=60)
-    time.sleep(3.0)
-    left = marked(mark)
-    for pid, _ in left:  # do not leave them to the next benchmark
-        os.kill(pid, signal.SIGKILL)
+    # The killed caller's run folder goes in a temp dir of the benchmark's own: a SIGKILLed
+    # caller cannot remove it, and it must not be left behind in the user's.
+    tmp = tempfile.mkdtemp(prefix="cpcourse-bench-launch-")
+    try:
+        caller = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                                  text=True, stderr=subprocess.DEVNULL, start_new_session=True,
+                                  env={**os.environ, "TMPDIR": tmp})
+        for _ in range(nproc):
+            caller.stdout.readline()
+        caller.send_signal(sig)
+        caller.wait(timeout=60)
+        time.sleep(3.0)
+        left = marked(mark)
+        for pid, _ in left:  # do not leave them to the next benchmark
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return len(left)
 
 

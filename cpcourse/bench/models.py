@@ -16,10 +16,32 @@ import json
 
 from cpcourse.launch import launch
 from cpcourse.runs.models import run_models
-from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
+from cpcourse.support.errors import (
+    ArgumentParser,
+    InputError,
+    positive_float,
+    positive_int,
+    require,
+)
 
 BENCH_CONFIG = {"num_attention_heads": 4, "attention_head_dim": 64, "ffn_dim": 256,
                 "num_layers": 2}
+
+
+def _methods(text: str, base: dict, nproc: int) -> list[str]:
+    """--methods, each checked as `run_models` will check it, before the first one runs (a bad
+    second method used to be refused only after the first had run in full)."""
+    from cpcourse.launch import check_nproc
+    from cpcourse.models.compare import check_spec
+
+    check_nproc(nproc, "--nproc")
+    methods = text.split(",")
+    for method in methods:
+        try:
+            check_spec({**base, "method": method}, nproc)
+        except InputError as exc:
+            raise InputError(f"--methods {method!r}: {exc}") from None
+    return methods
 
 
 def main(argv: list[str]) -> int:
@@ -45,7 +67,8 @@ def main(argv: list[str]) -> int:
             "width": size, "seed": 0, "repeat": repeat, "config": BENCH_CONFIG}
     report = {"arch": "wan", "config": BENCH_CONFIG, "latents": [1, 4, args.frames, size, size],
               "nproc": nproc, "threads_per_rank": 1, "threads_single": nproc, "runs": []}
-    for method in args.methods.split(","):
+    methods = _methods(args.methods, base, nproc)
+    for method in methods:
         r = run_models({**base, "method": method}, nproc, timeout=timeout)
         report["tokens"] = r["tokens"]
         report["runs"].append({k: r[k] for k in ("method", "seconds_cp", "seconds_single",

@@ -11,7 +11,7 @@ Three measurements, each in one run:
    separate clips (stride = window, no overlap) and for overlapping windows with flat and
    pyramid blending, averaged over seeds, plus how often the tracker sees one object;
 3. exactness: both parallel modes on P = 1, 2, 4 ranks against one process, at a length the
-   stride does not divide.
+   stride does not divide (fewer ranks where there are fewer windows, or window frames).
 The exactness runs go through `cpcourse.runs.long_video.run_long`, what `cpcourse generate
 --window W` runs.
 """
@@ -111,19 +111,35 @@ def _growth(report: dict) -> None:
     report["one_shot_peak_4x_over_1x"] = last["one_shot_peak_bytes"] / first["one_shot_peak_bytes"]
 
 
-def _exactness(prompt: str, window: int, stride: int, steps: int) -> list[dict]:
-    """Both parallel modes on P = 1, 2, 4 ranks against one process."""
-    rows = []
+def _exactness_cases(prompt: str, window: int, stride: int, steps: int) -> list[tuple]:
+    """(parallel, nproc) for the exactness runs, checked before anything is measured: both
+    modes on P = 1, 2, 4 ranks, less where the video has fewer windows (parallel windows) or
+    the window fewer frames (parallel cp) than ranks."""
+    from cpcourse.runs.long_video import check_request
+    from cpcourse.tinydit.windows import window_starts
+
     odd = 3 * window - 2  # a length the stride does not divide
-    for parallel in ("windows", "cp"):
-        for nproc in (1, 2, 4):
-            r = run_long(nproc, 0, prompt=prompt, frames=odd, window=window,
-                         stride=stride, parallel=parallel, steps=steps, compare=True)
-            rep = r["report"]
-            rows.append({k: rep[k] for k in (
-                "parallel", "nproc", "frames", "windows_per_rank",
-                "bytes_per_step_per_rank", "peak_bytes_per_rank",
-                "max_abs_diff_vs_single_process", "seconds")})
+    most = {"windows": len(window_starts(odd, window, stride)), "cp": window}
+    cases = [(parallel, nproc) for parallel in ("windows", "cp") for nproc in (1, 2, 4)
+             if nproc <= most[parallel]]
+    for parallel, nproc in cases:
+        check_request(nproc, 0, prompt=prompt, frames=odd, window=window, stride=stride,
+                      parallel=parallel, steps=steps)
+    return cases
+
+
+def _exactness(cases: list[tuple], prompt: str, window: int, stride: int,
+               steps: int) -> list[dict]:
+    """Each (parallel, nproc) case against one process."""
+    rows = []
+    for parallel, nproc in cases:
+        r = run_long(nproc, 0, prompt=prompt, frames=3 * window - 2, window=window,
+                     stride=stride, parallel=parallel, steps=steps, compare=True)
+        rep = r["report"]
+        rows.append({k: rep[k] for k in (
+            "parallel", "nproc", "frames", "windows_per_rank",
+            "bytes_per_step_per_rank", "peak_bytes_per_rank",
+            "max_abs_diff_vs_single_process", "seconds")})
     return rows
 
 
@@ -149,6 +165,7 @@ def main(argv: list[str]) -> int:
     from cpcourse.tinydit.training import load_shapes_model
 
     args, window, stride, seeds, steps = _parse(argv)
+    cases = [] if args.no_ranks else _exactness_cases(args.prompt, window, stride, steps)
     model, label = load_shapes_model(), parse_prompt(args.prompt)
     report = {"window": window, "stride": stride, "steps": steps, "prompt": args.prompt,
               "lengths": _lengths(model, label, window, stride, steps)}
@@ -159,7 +176,7 @@ def main(argv: list[str]) -> int:
     report["pyramid_over_no_overlap"] = (report["seams"][2]["seam_ratio"]
                                          / report["seams"][0]["seam_ratio"])
     if not args.no_ranks:
-        report["exactness"] = _exactness(args.prompt, window, stride, steps)
+        report["exactness"] = _exactness(cases, args.prompt, window, stride, steps)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

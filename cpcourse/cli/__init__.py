@@ -19,7 +19,7 @@ import os
 import re
 import sys
 
-from cpcourse.launch.errors import LaunchError
+from cpcourse.launch.errors import LaunchError, LaunchTimeout
 from cpcourse.support.errors import ArgumentParser, InputError
 
 # Subcommands implemented in their own modules: name -> (module, one-line help).
@@ -41,6 +41,8 @@ CALCULATORS = ("tokens", "memory", "comm", "plan")
 # own that cannot, and are refused there.
 TORCHRUN_COMMANDS = ("demo", "generate", "models", "bench ring")
 NOT_UNDER_TORCHRUN = ("bench", "grade")
+# The commands whose launches take their time limit from a --timeout flag.
+TIMEOUT_COMMANDS = ("demo", "generate", "models", "bench models", "bench ring")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,6 +75,11 @@ def run(argv: list[str]) -> int:
     return 0
 
 
+def _command(argv: list[str]) -> str:
+    """The (sub)command argv runs: "models", "bench ring"."""
+    return " ".join(argv[:2] if argv[:1] == ["bench"] else argv[:1])
+
+
 @contextlib.contextmanager
 def as_torchrun_rank(argv: list[str]):
     """Inside a foreign torchrun rank: refuse the commands that cannot run as one, default
@@ -84,8 +91,8 @@ def as_torchrun_rank(argv: list[str]):
     if where is None:
         yield argv
         return
-    head = 2 if argv[:1] == ["bench"] else 1
-    command = " ".join(argv[:head])
+    command = _command(argv)
+    head = len(command.split(" "))
     if command not in TORCHRUN_COMMANDS and command.split(" ")[0] in NOT_UNDER_TORCHRUN:
         raise InputError(f"cpcourse {command} does not run inside a torchrun rank (this is rank "
                          f"{where.rank} of {where.world}): start it without torchrun; under "
@@ -147,10 +154,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cpcourse: error: {as_flags(str(exc))}", file=sys.stderr)
         code = 2
     except LaunchError as exc:  # a rank failed or the run timed out: one line, unless asked
+        # a timeout names launch()'s `timeout`: the commands that set it do so with --timeout
+        flags = as_flags if isinstance(exc, LaunchTimeout) and _command(argv) in \
+            TIMEOUT_COMMANDS else str
         if verbose:
-            print(str(exc), file=sys.stderr)
+            print(flags(str(exc)), file=sys.stderr)
         hint = "" if verbose else " (add --verbose for each rank's traceback)"
-        print(f"cpcourse: error: {exc.summary()}{hint}", file=sys.stderr)
+        print(f"cpcourse: error: {flags(exc.summary())}{hint}", file=sys.stderr)
         code = 2
     except KeyboardInterrupt:
         print("cpcourse: interrupted", file=sys.stderr)

@@ -76,6 +76,18 @@ def gloo_allreduce(timeout: float = GLOO_TIMEOUT_S) -> dict:
             "error": "; ".join(errors) or None}
 
 
+def _backend_problem() -> list[str]:
+    """launch()'s own check of CPCOURSE_BACKEND: a value every launch would refuse."""
+    from cpcourse.launch.launcher import check_backend
+    from cpcourse.support.errors import InputError
+
+    try:
+        check_backend(None, None, 1)
+    except InputError as exc:
+        return [f"{exc} (every launch refuses it)"]
+    return []
+
+
 def diagnose(run_gloo: bool = True) -> dict:
     report: dict = {"python": platform.python_version(), "platform": platform.platform()}
     for pkg in ("torch", "numpy", "jupyterlab", "ipywidgets", "matplotlib", "diffusers"):
@@ -102,6 +114,9 @@ def diagnose(run_gloo: bool = True) -> dict:
         report["gloo_available"] = torch.distributed.is_gloo_available()
         report["nccl_available"] = torch.distributed.is_available() and \
             torch.distributed.is_nccl_available()
+    report["backend_env"] = os.environ.get("CPCOURSE_BACKEND")
+    if report["torch"]:
+        problems += _backend_problem()
     report["flash_attn"] = importlib.util.find_spec("flash_attn") is not None
     if report["cuda_available"] and not report["flash_attn"]:
         problems.append("flash-attn is not installed: the course uses torch's fused attention "

@@ -11,6 +11,7 @@ $CPCOURSE_GRADE_LOG; a killed run still leaves the lines written before it died.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -33,7 +34,7 @@ from cpcourse.course.stubs import (
     registry,
     untouched,
 )
-from cpcourse.launch.proctree import stop_tree
+from cpcourse.launch.proctree import raise_on_sigterm, stop_tree
 from cpcourse.support.errors import ArgumentParser, positive_float
 
 DEFAULT_CHECK_TIMEOUT = 120.0
@@ -112,8 +113,20 @@ class _Run:
 
 
 def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) -> _Run:
+    # SIGTERM as an exception, so that the `finally` blocks stop pytest and remove the log
+    restore = raise_on_sigterm()
     fd, log = tempfile.mkstemp(prefix="cpcourse-grade-", suffix=".jsonl")
     os.close(fd)
+    try:
+        return _run_pytest_logged(ids, impl, timeout, root, log)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(log)
+        restore()
+
+
+def _run_pytest_logged(ids: list[str] | None, impl: str, timeout: float, root: Path,
+                       log: str) -> _Run:
     # An exercise whose marker no file shows still runs over all of tests/graded ("no tests").
     files = gradecache.graded_files(ids, root) if ids else []
     where = [str(f.relative_to(root)) for f in files] or ["tests/graded"]
@@ -137,12 +150,16 @@ def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) ->
         proc.wait(timeout=timeout)
     except subprocess.TimeoutExpired:
         timed_out = True
-    finally:  # also on KeyboardInterrupt (the learner pressed stop): no orphans, no litter
+    finally:  # also on Ctrl-C (the learner pressed stop) and SIGTERM: no orphans, no litter
         stop_tree(proc, interrupt_first=True)
         reader.join(timeout=2)
-        text = Path(log).read_text()
-        os.unlink(log)
     seconds = time.monotonic() - start
+    outcomes, running = _outcomes(Path(log).read_text())
+    return _Run(outcomes, running, timed_out, proc.returncode, "".join(chunks), seconds)
+
+
+def _outcomes(text: str) -> tuple[dict[str, TestOutcome], str | None]:
+    """Each test's outcome from the plugin's log, and the test still running when it ended."""
     outcomes, running = {}, None
     events = [json.loads(line) for line in text.splitlines() if line.strip()]
     for ev in events:
@@ -162,7 +179,7 @@ def _run_pytest(ids: list[str] | None, impl: str, timeout: float, root: Path) ->
                 t.outcome = ev["outcome"]
             if running == node and ev["when"] in ("call", "teardown"):
                 running = None
-    return _Run(outcomes, running, timed_out, proc.returncode, "".join(chunks), seconds)
+    return outcomes, running
 
 
 def _where_interrupted(output: str) -> str:
@@ -182,6 +199,10 @@ def _grade(ex: Exercise, impl: str, run: _Run, timeout: float) -> ExerciseResult
         res.detail = (f"timed out after {timeout:g} s in {stuck.split('::')[-1]}"
                       + (f" (last seen at exercises/{at})" if at else "")
                       + ": an infinite loop or a deadlock? The test processes were stopped.")
+    elif run.timed_out and not tests:  # stopped while pytest started: its KeyboardInterrupt
+        res.status = "timed out"     # is our own SIGINT, not an error in the tests
+        res.detail = (f"timed out after {timeout:g} s before the tests started (starting pytest "
+                      "and importing torch take a few seconds): give it a longer timeout")
     elif not tests:
         if run.returncode not in (0, 1, 5):
             res.status = "error"

@@ -84,7 +84,7 @@ class LaunchTimeout(LaunchError):
         self.seconds, self.stuck, self.finished = seconds, stuck, finished
         self.rank = min(stuck) if stuck else None
         lines = [f"start-up took longer than {seconds:g} s (raise start_timeout=):" if starting
-                 else f"timed out after {seconds:g} s (a deadlock? else raise timeout=):"]
+                 else f"timed out after {seconds:g} s (a deadlock? else raise `timeout`):"]
         lines += [f"  rank {r}: {what}" for r, what in sorted(stuck.items())]
         if finished:
             lines.append(f"  finished: rank {', '.join(map(str, finished))}")
@@ -146,7 +146,10 @@ def stuck_report(run_dir: str, nproc: int) -> tuple[dict[int, str], list[int]]:
         if proc is None or not os.path.exists(os.path.join(run_dir, f"rank{r}.started")):
             stuck[r] = "still starting up (importing torch, or the rendezvous)"
             continue
-        text = where_stuck(stack_frames(os.path.join(run_dir, f"rank{r}.stack")))
+        frames = stack_frames(os.path.join(run_dir, f"rank{r}.stack"))
+        # A live rank that wrote no stack did not take the signal: stopped (SIGSTOP, a debugger)
+        text = (where_stuck(frames) if frames or not proctree.alive(proc)
+                else "did not answer the stack request (stopped?)")
         beat = _read_json(os.path.join(run_dir, f"rank{r}.op"))
         if beat and beat.get("op"):
             text = f"stuck in {beat['op']} for {time.time() - beat['since']:.1f} s; {text}"

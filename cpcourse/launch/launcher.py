@@ -34,6 +34,7 @@ import threading
 import time
 import uuid
 
+from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch
 from cpcourse.support.errors import positive_float, positive_int, require
@@ -115,18 +116,21 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     stream: True prints rank output here, False keeps it quiet, a callable receives each line.
     Inside a foreign torchrun rank (`torchrun_rank()` is not None) the target runs here instead.
 
-    The steps: check every argument (nothing starts on a bad one), start torchrun on the ranks,
+    The steps: check every argument (nothing starts on a bad one), remove the run folders a
+    killed caller left (`cpcourse.launch.sweep`), start torchrun on the ranks,
     watch them until they finish, fail or run out of time, then end the process tree and
     return the results or raise the failure.
     """
     nproc, timeout, start_timeout, threads, pg_timeout = _checked(
         target, nproc, timeout, start_timeout, backend, env, threads, pg_timeout)
     where = torchrun_rank()
+    check_backend(backend, env, 1 if where else nproc)
     if where is not None:  # a rank of the user's own torchrun: run here, as that rank
         values, seconds, output = run_here(
             _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,
             pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
     else:
+        sweep_stale()  # the folders of launches whose caller was SIGKILLed
         run = _start(target, nproc, env=env, args=args, kwargs=kwargs, threads=threads,
                      pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
         failure = watch(run, timeout, start_timeout)
@@ -146,13 +150,33 @@ def _checked(target, nproc, timeout, start_timeout, backend, env, threads, pg_ti
     require(backend in (None, "gloo", "nccl"),
             f"backend must be 'gloo' or 'nccl' (or None to choose), got {backend!r}")
     omp = (env or {}).get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or "1"
-    if threads is None:
-        require(str(omp).strip().isdigit(), f"OMP_NUM_THREADS={omp!r} is not a whole number: "
-                "unset it, or set it to the threads each rank should use (e.g. 1)")
+    if threads is None:  # from the environment: its name is what the user must change
+        require(str(omp).strip().isdigit() and int(omp) > 0, f"OMP_NUM_THREADS={omp!r} is not a "
+                "positive whole number: unset it, or set it to the threads each rank should use "
+                "(e.g. 1)")
         threads = int(omp)
     threads = positive_int("threads", threads)
     pg_timeout = positive_float("pg_timeout", pg_timeout or min(30.0, timeout))
     return nproc, timeout, start_timeout, threads, pg_timeout
+
+
+def check_backend(backend: str | None, env: dict | None, local_ranks: int) -> None:
+    """The backend the ranks will use, checked here: a bad CPCOURSE_BACKEND, or nccl without a
+    GPU for each local rank, otherwise fails inside every rank after start-up."""
+    source = "backend"
+    if backend is None:
+        source = "CPCOURSE_BACKEND"
+        backend = ((env or {}).get(source) or os.environ.get(source) or "").strip() or None
+        require(backend in (None, "gloo", "nccl"), f"CPCOURSE_BACKEND={backend!r} must be "
+                "'gloo' or 'nccl': fix it, or unset it to choose by the GPUs present")
+    if backend != "nccl":
+        return
+    import torch  # only here: device_count() asks NVML, without starting CUDA in this process
+
+    gpus = torch.cuda.device_count()
+    require(gpus >= local_ranks, f"{source}='nccl' needs a CUDA GPU per local rank "
+            f"({local_ranks} here), and this machine has {gpus}: use 'gloo', or leave "
+            f"{source} unset to choose by the GPUs present")
 
 
 def _start(target: str, nproc: int, *, env, args, kwargs, threads, pg_timeout, backend, init,
@@ -161,6 +185,7 @@ def _start(target: str, nproc: int, *, env, args, kwargs, threads, pg_timeout, b
     its stdout and stderr read into the run's queue by two threads."""
     run = Run(nproc, tempfile.mkdtemp(prefix="cpcourse-launch-"), f"cpcourse-{uuid.uuid4().hex}",
               stream)
+    write_owner(run.run_dir)  # a later launch's sweep takes the folder once these pids are dead
     with open(os.path.join(run.run_dir, "spec.json"), "w") as fh:
         json.dump({"target": _absolute(target),
                    "threads": threads, "init": init, "backend": backend}, fh)
@@ -184,6 +209,7 @@ def _start(target: str, nproc: int, *, env, args, kwargs, threads, pg_timeout, b
     run.start = time.monotonic()
     run.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env=child_env, start_new_session=True)
+    write_owner(run.run_dir, run.proc.pid, "torchrun.pid")
     run.readers = [threading.Thread(target=_pump, args=(pipe, name, run.lines), daemon=True)
                    for name, pipe in (("out", run.proc.stdout), ("err", run.proc.stderr))]
     for reader in run.readers:

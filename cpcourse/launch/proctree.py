@@ -9,7 +9,8 @@ whatever of the noted processes is still alive. A process is identified by (pid,
 that a pid the kernel has reused for an unrelated process is never signalled, and `marked` finds
 workers re-parented to init through a unique string in their environment.
 Linux reads /proc; elsewhere (macOS) `ps` lists parents and the start-time check is skipped.
-`launch` uses `end_tree`; the grader and the notebook tests use `stop_tree`.
+`launch` uses `end_tree`; the grader and the notebook tests use `stop_tree`. Both turn SIGTERM
+into an exception while their children run (`raise_on_sigterm`), so that they clean up.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 
 Proc = tuple[int, int]  # (pid, start time in clock ticks since boot; 0 where unknown)
@@ -166,3 +168,24 @@ def stop_tree(proc: subprocess.Popen, *, interrupt_first: bool = False,
         except subprocess.TimeoutExpired:
             pass
     return end_tree(proc, noted, grace_s=grace)
+
+
+class Terminated(SystemExit):
+    """SIGTERM reached a process while its children ran: end them and clean up, then exit 143."""
+
+
+def raise_on_sigterm():
+    """Until the returned function is called, SIGTERM (a job scheduler's stop, `kill PID`)
+    raises `Terminated`, so that `finally` blocks end the children and remove the temporary
+    files; the default action kills the process at once and leaves them behind. Only from the
+    main thread, and only over the default disposition (a handler the caller installed is left
+    alone). Returns the function that restores the previous handler."""
+    if threading.current_thread() is not threading.main_thread() or (
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
+        return lambda: None
+
+    def handler(signum, frame):
+        raise Terminated(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)

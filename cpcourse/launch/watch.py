@@ -16,9 +16,7 @@ import os
 import pickle
 import queue
 import shutil
-import signal
 import sys
-import threading
 import time
 
 from cpcourse.launch import proctree
@@ -35,27 +33,6 @@ from cpcourse.launch.errors import (
 # its workers and print its failure summary: the only place a rank that died without raising
 # (os._exit, a signal) has its exit code. torchrun normally exits well within it.
 _ERROR_WAIT_S = 3.5
-
-
-class _Terminated(SystemExit):
-    """SIGTERM reached the caller while its ranks ran: end them and clean up, then exit 143."""
-
-
-def _raise_on_sigterm():
-    """While ranks run, SIGTERM (a job scheduler's stop, `kill PID`) raises `_Terminated` so the
-    launch ends its process tree and removes its run folder; without this the default action
-    kills the caller at once and leaves the folder behind. Only from the main thread, and only
-    over the default disposition (a handler the caller installed is left alone). Returns the
-    function that restores the previous handler."""
-    if threading.current_thread() is not threading.main_thread() or (
-            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL):
-        return lambda: None
-
-    def handler(signum, frame):
-        raise _Terminated(128 + signum)
-
-    signal.signal(signal.SIGTERM, handler)
-    return lambda: signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 class Run:
@@ -100,7 +77,7 @@ def watch(run: Run, timeout: float, start_timeout: float) -> LaunchTimeout | Non
     the process tree and removes the run folder before it propagates."""
     nproc, run_dir, proc = run.nproc, run.run_dir, run.proc
     running_since, next_scan = None, 0.0
-    restore = _raise_on_sigterm()
+    restore = proctree.raise_on_sigterm()
     try:
         while run.open_pipes:
             try:
@@ -130,7 +107,7 @@ def watch(run: Run, timeout: float, start_timeout: float) -> LaunchTimeout | Non
                 stuck, finished = stuck_report(run_dir, nproc)
                 return LaunchTimeout(timeout if running_since else start_timeout, stuck,
                                      finished, starting=running_since is None)
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, proctree.Terminated):
         proctree.end_tree(proc, run.noted, run.marker)
         shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -270,6 +270,8 @@ def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:
     """A model and its metadata from a file `save_weights` wrote; anything else: InputError."""
     from safetensors import safe_open
 
+    require(not os.path.isdir(path), f"weights {path}: is a directory; give the file "
+            "`cpcourse train --out` wrote")
     require(os.path.isfile(path), f"weights {path}: no such file")
     try:
         with safe_open(path, framework="pt") as fh:

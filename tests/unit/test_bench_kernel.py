@@ -62,7 +62,8 @@ def test_through_the_cli_and_bad_input_exits_2(capsys):
     assert cli.main(["bench", "kernel", "--quick", "--json", "--lengths", "16"]) == 0
     assert json.loads(capsys.readouterr().out)["rows"][0]["length"] == 16
     for bad in (["--lengths", "12,x"], ["--dtype", "fp8"], ["--repeats", "0"],
-                ["--lengths", "-5"], ["--device", "tpu"], ["--threads", "100000"]):
+                ["--lengths", "-5"], ["--device", "tpu"], ["--threads", "100000"],
+                ["--lengths", "12345678901234567890"], ["--lengths", "16,1048577"]):
         with pytest.raises(InputError):
             bench_kernel.main(["--quick", *bad])
         assert cli.main(["bench", "kernel", "--quick", *bad]) == 2

@@ -164,6 +164,33 @@ def test_doctor_is_not_ready_with_a_bad_omp_num_threads(monkeypatch):
     assert not r["ok"] and any("OMP_NUM_THREADS='abc'" in p for p in r["problems"])
 
 
+def test_doctor_is_not_ready_when_cpcourse_backend_is_nccl_without_gpus(monkeypatch):
+    """It said ok, and then every launch failed."""
+    import torch
+
+    from cpcourse.cli.doctor import diagnose
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 0)
+    monkeypatch.setenv("CPCOURSE_BACKEND", "nccl")
+    r = diagnose(run_gloo=False)
+    assert not r["ok"] and any("CPCOURSE_BACKEND='nccl' needs a CUDA GPU" in p
+                               for p in r["problems"]), r["problems"]
+
+
+def test_a_timeout_names_the_flag_that_sets_it(capsys, monkeypatch):
+    """The command line said "raise timeout=", launch()'s parameter, not --timeout."""
+    from cpcourse import cli
+    from cpcourse.launch import LaunchTimeout
+
+    stuck = LaunchTimeout(0.5, {0: "in recv()"}, [])
+    monkeypatch.setattr(cli, "run", lambda argv: (_ for _ in ()).throw(stuck))
+    for argv in (["models"], ["generate", "--verbose"], ["bench", "models"]):
+        code, _, err = run(capsys, *argv)
+        assert code == 2 and "else raise --timeout)" in err and "timeout=" not in err, err
+    code, _, err = run(capsys, "bench", "windows")  # it has no --timeout to name
+    assert code == 2 and "--timeout" not in err
+
+
 def test_a_failing_rank_is_one_line_unless_verbose(capsys, monkeypatch):
     """A rank's exception reaches the command line as one line and exit 2; --verbose adds the
     rank's traceback."""

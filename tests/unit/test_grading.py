@@ -280,3 +280,49 @@ def test_expect_stubs_needs_exercises(tmp_path):
                           cwd=Path(__file__).resolve().parents[2],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 4 and "use it with --impl exercises" in proc.stderr
+
+
+def test_a_timeout_before_the_tests_started_is_timed_out(course):
+    """Stopped while pytest was still importing: it said "error ... KeyboardInterrupt" (our own
+    SIGINT), not "timed out"."""
+    from cpcourse.course.stubs import get_exercise
+
+    run = grading._Run({}, None, True, 2, "  import torch\nKeyboardInterrupt\n", 0.5)
+    res = grading._grade(get_exercise("99.1", course), "solutions", run, 0.5)
+    assert res.status == "timed out", res.detail
+    assert "timed out after 0.5 s before the tests started" in res.detail
+
+
+def test_sigterm_stops_pytest_and_removes_the_log(course, tmp_path, monkeypatch):
+    """`cpcourse grade` killed by SIGTERM left its cpcourse-grade-*.jsonl in the temp dir."""
+    import signal
+
+    from cpcourse.launch.proctree import Terminated
+
+    if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        pytest.skip("this process already handles SIGTERM")
+    monkeypatch.setattr(grading.tempfile, "tempdir", str(tmp_path))
+
+    class Pytest:  # the pytest subprocess, while SIGTERM arrives
+        pid, returncode, stdout = 0, None, iter(())
+
+        def __init__(self, cmd, **kwargs):
+            self.waits = 0
+
+        def poll(self):
+            return 0
+
+        def wait(self, timeout=None):
+            self.waits += 1
+            if self.waits > 1:  # stop_tree's wait, after the signal
+                return 0
+            handler = signal.getsignal(signal.SIGTERM)
+            assert callable(handler), "no SIGTERM handler while pytest runs"
+            handler(signal.SIGTERM, None)  # what the signal would do, without sending it
+
+    monkeypatch.setattr(grading.subprocess, "Popen", Pytest)
+    with pytest.raises(Terminated) as caught:
+        grading.grade(["99.1"], impl="solutions", root=course, rerun=True)
+    assert caught.value.code == 128 + signal.SIGTERM
+    assert list(tmp_path.iterdir()) == []
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

@@ -37,9 +37,28 @@ def test_bad_arguments_fail_before_anything_starts(target, nproc, timeout, what)
 def test_bad_backend_and_threads_fail_before_anything_starts(monkeypatch):
     with pytest.raises(InputError, match="backend must be 'gloo' or 'nccl'"):
         L.launch("cpcourse.launch.entry:rank_info", 2, backend="mpi")
-    monkeypatch.setenv("OMP_NUM_THREADS", "four")
-    with pytest.raises(InputError, match="OMP_NUM_THREADS='four' is not a whole number"):
+    for omp in ("four", "0"):  # 0 used to be "threads must be > 0", naming no variable
+        monkeypatch.setenv("OMP_NUM_THREADS", omp)
+        with pytest.raises(InputError, match=f"OMP_NUM_THREADS='{omp}' is not a positive whole"):
+            L.launch("cpcourse.launch.entry:rank_info", 2)
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    monkeypatch.setenv("CPCOURSE_BACKEND", "mpi")
+    with pytest.raises(InputError, match="CPCOURSE_BACKEND='mpi' must be 'gloo' or 'nccl'"):
         L.launch("cpcourse.launch.entry:rank_info", 2)
+
+
+def test_nccl_without_a_gpu_per_rank_fails_before_anything_starts(monkeypatch):
+    """It used to fail inside every rank after start-up ("no attribute '_cuda_setDevice'")."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setenv("CPCOURSE_BACKEND", "nccl")
+    with pytest.raises(InputError, match=r"CPCOURSE_BACKEND='nccl' needs a CUDA GPU per local "
+                       r"rank \(2 here\), and this machine has 1"):
+        L.launch("cpcourse.launch.entry:rank_info", 2)
+    monkeypatch.delenv("CPCOURSE_BACKEND")
+    with pytest.raises(InputError, match="backend='nccl' needs a CUDA GPU"):
+        L.launch("cpcourse.launch.entry:rank_info", 2, backend="nccl")
 
 
 def test_magic_options_are_checked():
@@ -281,3 +300,76 @@ def test_the_rank_torchrun_ended_with_sigterm_is_not_blamed(tmp_path):
         "exitcode  : -11 (pid: 27254)", "exitcode  : -15 (pid: 27254)")
     err = E.rank_death(str(tmp_path), 2, log)
     assert err.rank == 1 and "SIGSEGV" in err.summary(), err.summary()
+
+
+def _run_folder(tmp, name, pids: dict, age_s: float):
+    """A fake run folder: `pids` maps file name -> its text; modified `age_s` seconds ago."""
+    folder = tmp / name
+    folder.mkdir()
+    for file, text in pids.items():
+        (folder / file).write_text(text)
+    (folder / "spec.json").write_text("{}")
+    then = time.time() - age_s
+    os.utime(folder, (then, then))
+    return folder
+
+
+@linux
+def test_the_folders_of_killed_launches_are_swept_and_no_other(tmp_path, monkeypatch):
+    """A SIGKILLed caller leaves its cpcourse-launch-* folder: the next launch() removes it,
+    but never one whose processes live, a young one, or one from another pid namespace."""
+    from cpcourse.launch import launcher, sweep
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    dead, ns = str(gone.pid), os.readlink("/proc/self/ns/pid")
+    folders = {
+        "dead": _run_folder(tmp_path, "cpcourse-launch-dead", {
+            "owner.pid": f"{dead} {ns}", "torchrun.pid": dead, "rank0.pid": dead}, 120),
+        "live": _run_folder(tmp_path, "cpcourse-launch-live", {
+            "owner.pid": f"{os.getpid()} {ns}", "rank0.pid": dead}, 120),
+        "live_rank": _run_folder(tmp_path, "cpcourse-launch-rank", {
+            "owner.pid": f"{dead} {ns}", "rank1.pid": str(os.getpid())}, 120),
+        "young": _run_folder(tmp_path, "cpcourse-launch-young", {
+            "owner.pid": f"{dead} {ns}"}, 5),
+        "no_owner": _run_folder(tmp_path, "cpcourse-launch-old", {"rank0.pid": dead}, 120),
+        "elsewhere": _run_folder(tmp_path, "cpcourse-launch-ns", {
+            "owner.pid": f"{dead} pid:[1]"}, 120),
+        "not_ours": _run_folder(tmp_path, "other-dead", {"owner.pid": f"{dead} {ns}"}, 120),
+    }
+    monkeypatch.setattr(launcher.tempfile, "tempdir", str(tmp_path))
+
+    def stop(*args, **kwargs):  # the sweep comes before anything starts
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(launcher, "_start", stop)
+    with pytest.raises(KeyboardInterrupt):
+        L.launch("cpcourse.launch.entry:rank_info", 2)
+    assert not folders.pop("dead").exists()
+    assert all(f.exists() for f in folders.values())
+    assert sweep.sweep_stale(str(tmp_path)) == []
+    old = time.time() - 2 * sweep.NO_OWNER_AGE_S
+    os.utime(folders["no_owner"], (old, old))  # without owner.pid: only after a day
+    assert sweep.sweep_stale(str(tmp_path)) == [str(folders["no_owner"])]
+
+
+@linux
+def test_a_stopped_rank_is_said_not_to_answer(tmp_path):
+    """A SIGSTOPped rank writes no stack: it was described as "no Python stack (blocked before
+    Python started, or exited)"."""
+    import signal
+
+    # A rank handles SIGUSR1 (faulthandler); with the default action it would kill even a
+    # stopped process. An ignored signal stays ignored across exec.
+    proc = subprocess.Popen(["sleep", "60"], preexec_fn=lambda: signal.signal(
+        signal.SIGUSR1, signal.SIG_IGN))
+    try:
+        os.kill(proc.pid, signal.SIGSTOP)
+        (tmp_path / "rank0.pid").write_text(str(proc.pid))
+        (tmp_path / "rank0.started").write_text("")
+        (tmp_path / "rank0.stack").write_text("")
+        stuck, finished = E.stuck_report(str(tmp_path), 1)
+        assert stuck == {0: "did not answer the stack request (stopped?)"} and finished == []
+    finally:
+        proc.kill()
+        proc.wait()

@@ -156,6 +156,7 @@ def test_list_prompts_and_bad_prompts(capsys):
                         (["--weights", "random", "--prompt", "circle-up"], "needs trained"),
                         (["--weights", "random", "--gif", "/tmp/x.gif"], "not pixels"),
                         (["--weights", "/nonexistent.safetensors"], "no such file"),
+                        (["--weights", "/"], "is a directory"),
                         (["--steps", "100000"], "at most 1000")):
         code, out, err = _run(capsys, "generate", "--nproc", "1", *argv)
         assert code == 2 and out == "" and words in err and err.count("\n") == 1, (argv, err)
