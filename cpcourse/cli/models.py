@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
     if args.compare:
         ok = "within" if report["within_tolerance"] else "OUTSIDE"
         print(f"  max |CP - one process| = {report['max_abs_err']:.2e} ({ok} the {args.dtype} "
-              f"tolerance {report['tolerance']:.0e}; outputs up to "
+              f"tolerance {report['tolerance']:.2e}; outputs up to "
               f"{report['max_abs_output']:.2f})")
         if report["seconds_single"]:
             print(f"  one process, {report['threads_single']} threads: "

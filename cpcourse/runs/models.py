@@ -49,9 +49,10 @@ def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 30
         finally:
             torch.set_num_threads(threads)
         err = max(float((r["out"].double() - ref.double()).abs().max()) for r in results)
+        scale = float(ref.double().abs().max())
         tol = tolerance("usp" if spec.get("layout") else spec["method"], report["dtype"],
-                        bool(spec.get("sample_steps")))
-        report.update(max_abs_err=err, max_abs_output=float(ref.abs().max()), tolerance=tol,
+                        bool(spec.get("sample_steps")), scale=scale)
+        report.update(max_abs_err=err, max_abs_output=scale, tolerance=tol,
                       within_tolerance=err <= tol, seconds_single=seconds,
                       threads_single=spec.get("threads_single", nproc))
         if seconds and report["seconds_cp"]:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from cpcourse.cli import main
 from cpcourse.models import ARCHS, build, example_inputs, parallelize
 from cpcourse.models.build import cast, latent_shape
+from cpcourse.models.compare import tolerance
 from cpcourse.models.processors import _text_keep
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
 from cpcourse.models.sampler import sample
@@ -230,3 +231,20 @@ def test_models_cli_json_keys(capsys):
                 "seconds_single", "within_tolerance", "frame_sizes"):
         assert key in d, key
     assert d["tokens"] == 8 and d["max_abs_err"] == 0.0 and d["within_tolerance"]
+    assert d["tolerance"] == tolerance(d["method"], scale=d["max_abs_output"])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16", "float16"])
+@pytest.mark.parametrize("method", ["allgather", "ring"])
+def test_tolerance_scales_with_the_output_not_below_one(method, dtype):
+    unit = tolerance(method, dtype)
+    assert tolerance(method, dtype, scale=0.25) == unit  # small outputs keep the absolute floor
+    assert tolerance(method, dtype, scale=2.56) == pytest.approx(2.56 * unit)
+    assert tolerance(method, dtype, sample=True, scale=4.0) == pytest.approx(40 * unit)
+
+
+def test_tolerance_accepts_a_correct_cogvideox_run():
+    # `models --arch cogvideox --nproc 4 --frames 4 --method allgather --batch 2 --compare`:
+    # 1.19e-6 on outputs up to 2.56 was flagged OUTSIDE an absolute 1e-6
+    assert 1.19e-6 <= tolerance("allgather", scale=2.56) < 3e-6
+    assert tolerance("allgather", "bfloat16", scale=2.56) > tolerance("allgather", scale=2.56)
