@@ -23,9 +23,9 @@ import argparse
 import json
 import sys
 
-from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.launch import check_nproc
 from cpcourse.support.errors import ArgumentParser, positive_int, require
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 from cpcourse.support.peak_memory import require_fits
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-# Each flag with the mode it acts in (`cpcourse.cli.modes`): --small measures per-call overhead
+# Each flag with the mode it acts in (`cpcourse.support.modes`): --small measures per-call overhead
 # on its own fixed sizes, --compute-only runs no processes, --quick fixes the length and repeats.
 MODE_FLAGS = {"json": ALWAYS, "small": ALWAYS, "calls": "small", "nproc": "sized",
               "heads": "sized", "head_dim": "sized", "quick": "sized", "compute_only": "sized",

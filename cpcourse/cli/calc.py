@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 
-from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.planner import costs, plan, tokens, validation
 from cpcourse.support.errors import InputError
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 
 
 def _gb(x: float) -> str:
@@ -230,7 +230,7 @@ def _validate_cmd(args):
     return d, "\n".join(lines)
 
 
-# Each `plan` flag with the mode it acts in (`cpcourse.cli.modes`).
+# Each `plan` flag with the mode it acts in (`cpcourse.support.modes`).
 PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, **{
     dest: "one_plan" for dest in ("model", "height", "width", "frames", "gpus", "gpu", "nodes",
                                   "steps", "kernel", "layout", "fsdp", "offload",

@@ -22,9 +22,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 from cpcourse.tinydit.model import ATTENTIONS
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.training import SAMPLE_STEPS
@@ -81,7 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-# Each flag with the mode it acts in (`cpcourse.cli.modes`): a flag outside its mode is refused.
+# Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
 MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc": "clips",
               "seed": "clips", "save": "clips", "gif": "trained", "frames": "clips",
               "height": "clips", "width": "clips", "steps": "clips", "cfg": "clips",

@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.models.build import ARCHS
 from cpcourse.models.compare import DTYPES
 from cpcourse.models.parallel import METHODS
 from cpcourse.runs.models import run_models
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 
 
 def build_parser():
@@ -53,7 +53,7 @@ def build_parser():
     return p
 
 
-# Where each flag acts: every flag once (see cpcourse.cli.modes).
+# Where each flag acts: every flag once (see cpcourse.support.modes).
 MODE_FLAGS = {"arch": ALWAYS, "nproc": ALWAYS, "layout": ALWAYS, "method": "no_layout",
               "ulysses": "usp", "ring_mode": "ring", "frames": ALWAYS, "height": ALWAYS,
               "width": ALWAYS, "batch": ALWAYS, "dtype": ALWAYS, "seed": ALWAYS,

@@ -90,7 +90,7 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def _add_action(self, action):
         # Record each option the command line sets (in `namespace._given`), so that a flag
-        # typed with its default value still counts as given (`cpcourse.cli.modes`).
+        # typed with its default value still counts as given (`cpcourse.support.modes`).
         if action.option_strings:
             action.__class__ = _noting(type(action))
         return super()._add_action(action)

@@ -1,4 +1,4 @@
-"""Every mode table (`cpcourse.cli.modes`): each flag of a command has a place, and a flag set
+"""Every mode table (`cpcourse.support.modes`): each flag of a command has a place, and a flag set
 where its mode is off is refused, naming the flag, while the same flag in its mode passes.
 
     python -m pytest tests/unit/test_cli_modes.py
@@ -12,8 +12,8 @@ import pytest
 
 from cpcourse.bench import ring as bench_ring
 from cpcourse.cli import calc, generate, main, models
-from cpcourse.cli.modes import ALWAYS, refuse_inactive
 from cpcourse.support.errors import ArgumentParser, InputError
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 
 
 def _plan_parser() -> argparse.ArgumentParser:

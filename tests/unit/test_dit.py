@@ -57,8 +57,8 @@ def test_memory_ledger_scales_with_tokens_per_rank():
 @pytest.mark.parametrize("argv,match", [
     (["--nproc", "9"], "more than the 8 latent frames"),
     (["--height", "7"], "multiple of the patch"),
-    (["--label", "10"], "^cpcourse: error: --label conditions the random model: the trained "
-                        "model takes --prompt"),
+    (["--label", "10"], "^cpcourse: error: --label has no effect here: it needs --weights "
+                        r"random \(the trained model takes --prompt\)"),
     (["--nproc", "0"], "--nproc must be > 0"),
 ])
 def test_generate_bad_input_is_one_clear_error(argv, match, capsys):

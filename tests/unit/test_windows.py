@@ -130,7 +130,7 @@ def test_seam_metric_sees_a_jump():
 @pytest.mark.parametrize("argv,words", [
     (["--window", "9", "--frames", "8"], "longer than the 8-frame video"),
     (["--window", "8", "--stride", "9"], "uncovered"),
-    (["--stride", "4"], "--stride needs --window"),
+    (["--stride", "4"], "--stride has no effect here: it needs --window"),
     (["--blend", "flat"], "needs --window"),
     (["--window", "8", "--frames", "16", "--nproc", "9", "--parallel", "cp"], "--nproc 8 or"),
     (["--window", "8", "--frames", "16", "--stride", "8", "--nproc", "3"], "there are 2"),
