@@ -230,23 +230,18 @@ def _validate_cmd(args):
     return d, "\n".join(lines)
 
 
-# Each `plan` flag with the mode it acts in (`cpcourse.support.modes`).
+# Each `plan` flag with the mode it acts in (`cpcourse.support.modes`). Whether a model has
+# released dtypes for --released to use is the planner's own check (`plan.plan`).
 PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, **{
     dest: "one_plan" for dest in ("model", "height", "width", "frames", "gpus", "gpu", "nodes",
-                                  "steps", "kernel", "layout", "fsdp", "offload",
-                                  "text_encoder_cpu")}, "released": "released_dtypes"}
+                                  "steps", "kernel", "layout", "fsdp", "released", "offload",
+                                  "text_encoder_cpu")}}
 
 
 def plan_conditions(args) -> dict[str, tuple[bool, str]]:
     """Which of PLAN_FLAGS' conditions these arguments meet, and what each needs."""
-    one, table = not args.validate, tokens.presets()
-    recorded = [k for k, m in table.items() if m.released_dtypes is not None]
-    # an unknown --model is refused by the planner itself, with the ids that exist
-    released = one and (args.model in recorded or args.model not in table)
-    return {"one_plan": (one, "no --validate (it predicts the published runs as they were "
-                         "made)"),
-            "released_dtypes": (released, "a --model whose released code's dtypes are "
-                                f"recorded ({', '.join(recorded)})")}
+    return {"one_plan": (not args.validate, "no --validate (it predicts the published runs "
+                         "as they were made)")}
 
 
 def _plan_cmd(args):
