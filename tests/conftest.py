@@ -13,6 +13,9 @@ else: that is how CI proves no graded test can pass on the stubs, or fail for an
 
 from __future__ import annotations
 
+import os
+import random
+
 import pytest
 
 from cpcourse.course import IMPLS, load
@@ -28,6 +31,21 @@ def pytest_addoption(parser):
                     help="graded tests must fail with the untouched stubs' NotImplementedError")
     group.addoption("--ex", action="append", default=[], metavar="ID",
                     help="only the graded tests of exercise ID (e.g. 00.1); repeat or use commas")
+
+
+# Distributed tests cannot use hypothesis inside a launch (every rank must see the same cases), so
+# they draw their cases from this seed, new each session; the header prints it to reproduce a run.
+TEST_SEED = int(os.environ.get("CPCOURSE_TEST_SEED") or random.SystemRandom().randrange(2**31))
+
+
+def pytest_report_header(config):
+    return f"random cases: CPCOURSE_TEST_SEED={TEST_SEED}"
+
+
+@pytest.fixture(scope="session")
+def cases_rng() -> random.Random:
+    """Random cases for tests that launch ranks (pass the drawn values to the ranks)."""
+    return random.Random(TEST_SEED)
 
 
 def pytest_configure(config):

@@ -25,6 +25,7 @@ import json
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.support.tolerance import describe
 from cpcourse.tinydit.model import ATTENTIONS
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.training import SAMPLE_STEPS
@@ -199,7 +200,7 @@ def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
                                        report["predicted_peak_bytes_per_rank"], strict=True)):
             print(f"  rank {r}: peak tensor memory {mb(m)} measured, {mb(p)} predicted")
     if "max_abs_diff_vs_single_process" in report:
-        print(f"  max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g}")
+        print(f"  {describe(report)}")
     if "max_abs_diff_vs_compare" in report:
         print(f"  max |difference| vs {args.compare_to}: {report['max_abs_diff_vs_compare']:.3g}")
     for key in ("saved", "gif"):

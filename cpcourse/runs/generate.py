@@ -92,8 +92,7 @@ def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
     results = launch_ranks(request, timeout=timeout, stream=stream)
     latents, clip, report = build_report(request, results)
     if compare:
-        report["max_abs_diff_vs_single_process"] = compare_with_one_process(request, latents,
-                                                                            clip)
+        report.update(compare_with_one_process(request, latents, clip))
     return {"latents": latents, "clip": clip, "report": report}
 
 
@@ -257,13 +256,18 @@ def _tracked(prompt: str, clip: torch.Tensor) -> dict:
         "matches_prompt": bool(ok["direction"] and ok["shape"])}
 
 
-def compare_with_one_process(request: GenerateRequest, latents: torch.Tensor, clip) -> float:
-    """The largest difference between the ranks' sample and this process's (clips for trained
-    weights, latents for random ones)."""
+def compare_with_one_process(request: GenerateRequest, latents: torch.Tensor, clip) -> dict:
+    """The ranks' sample against this process's (clips for trained weights, latents for random
+    ones): the largest difference, the tolerance for this run's attention, dtype and guidance
+    (`cpcourse.support.tolerance`), and whether it holds."""
+    from cpcourse.support.tolerance import verdict
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import to_clip
 
     single = single_process_sample(request.rank_spec())
     mine = latents if not request.trained else clip
     other = single if not request.trained else to_clip(single)
-    return float((mine - other).abs().max())
+    used = request.full_method if request.cfg.attention == "full" else request.temporal_method
+    method = "usp" if request.layout is not None else used
+    return verdict(float((mine - other).abs().max()), float(other.abs().max()), method,
+                   request.dtype, request.cfg_scale)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
+from cpcourse.support.tolerance import describe
 from cpcourse.tinydit.windows import (
     BLENDS,
     NOISES,
@@ -82,10 +83,13 @@ def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: s
                      args=(request.rank_spec(),), stream=stream)
     latents, clip, report = build_report(request, results)
     if compare:
+        from cpcourse.support.tolerance import verdict
         from cpcourse.tinydit.windows import windows_rank
 
         single = windows_rank(request.rank_spec())["latents"]
-        report["max_abs_diff_vs_single_process"] = float((single - latents).abs().max())
+        report.update(verdict(float((single - latents).abs().max()), float(single.abs().max()),
+                              "ring" if request.parallel == "cp" else "windows", request.dtype,
+                              request.cfg_scale))
     return {"latents": latents, "clip": clip, "report": report}
 
 
@@ -200,4 +204,4 @@ def print_report(report: dict) -> None:
         print(f"  the tracker sees a {tr['shape']} moving {tr['direction']}, one object in "
               f"{100 * tr['present_fraction']:.0f}% of frames")
     if "max_abs_diff_vs_single_process" in report:
-        print(f"  max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g}")
+        print(f"  {describe(report)}")

@@ -16,7 +16,7 @@ import time
 import torch
 
 from cpcourse.launch import check_nproc, launch
-from cpcourse.models.compare import check_spec, reference, tolerance
+from cpcourse.models.compare import check_spec, guidance, reference, tolerance
 
 
 def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 300.0,
@@ -51,7 +51,7 @@ def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 30
         err = max(float((r["out"].double() - ref.double()).abs().max()) for r in results)
         scale = float(ref.double().abs().max())
         tol = tolerance("usp" if spec.get("layout") else spec["method"], report["dtype"],
-                        bool(spec.get("sample_steps")), scale=scale)
+                        guidance(spec), scale=scale)
         report.update(max_abs_err=err, max_abs_output=scale, tolerance=tol,
                       within_tolerance=err <= tol, seconds_single=seconds,
                       threads_single=spec.get("threads_single", nproc))

@@ -11,6 +11,7 @@ import torch
 
 from cpcourse.cli.generate import main
 from cpcourse.launch import launch
+from cpcourse.support.tolerance import tolerance
 from cpcourse.tinydit.model import CPContext, DiTConfig, build_model
 from cpcourse.tinydit.sampling import initial_noise, sample
 
@@ -139,7 +140,9 @@ def test_generate_command_draws_a_clip_saves_it_and_a_gif(tmp_path, capsys):
     clip = torch.load(out, weights_only=True)
     assert clip.shape == (8, 3, 32, 32) and 0 <= float(clip.min()) <= float(clip.max()) <= 1
     assert report["prompt"] == "square-up" and report["nproc"] == 2
-    assert report["max_abs_diff_vs_single_process"] <= 1e-5
+    assert report["max_abs_diff_vs_single_process"] <= report["tolerance"]
+    assert report["within_tolerance"] and report["tolerance"] == tolerance(
+        "ring", "fp32", 4.0, 1.0)  # full 3D attention by the ring; clips in [0, 1]
     assert len(report["peak_bytes_per_rank"]) == 2 and report["seconds"] > 0
     assert report["track"]["direction"] == track(clip)["direction"]
     assert report["matches_prompt"] == (matches("square-up", track(clip))["direction"]

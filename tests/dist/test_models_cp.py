@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cpcourse.launch import launch
-from cpcourse.models.compare import reference, tolerance
+from cpcourse.models.compare import guidance, reference, tolerance
 
 pytest.importorskip("diffusers")
 pytestmark = pytest.mark.dist
@@ -72,7 +72,7 @@ def _check(world: int, specs: list[dict]) -> None:
     for i, spec in enumerate(specs):
         want, _ = reference(spec)
         tol = tolerance(spec["method"], spec.get("dtype", "float32"),
-                        bool(spec.get("sample_steps")), scale=float(want.double().abs().max()))
+                        guidance(spec), scale=float(want.double().abs().max()))
         for rank, outs in enumerate(per_rank):
             got = outs[i]
             assert isinstance(got, torch.Tensor), f"{spec} on rank {rank} refused: {got}"

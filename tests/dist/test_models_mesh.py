@@ -5,7 +5,7 @@ mesh dim equal to `cpcourse.models.costs`. One launch per world size runs every 
 import pytest
 
 from cpcourse.launch import launch
-from cpcourse.models.compare import reference, tolerance
+from cpcourse.models.compare import guidance, reference, tolerance
 
 pytestmark = pytest.mark.dist
 
@@ -65,7 +65,7 @@ def runs():
 def test_every_layout_equals_one_process(runs, world):
     for i, spec in enumerate(CASES[world]):
         ref, _ = reference(spec)
-        tol = tolerance("usp", "float32", bool(spec.get("sample_steps")),
+        tol = tolerance("usp", "float32", guidance(spec),
                         scale=float(ref.double().abs().max()))
         for r in (res[i] for res in runs[world]):
             err = float((r["out"] - ref).abs().max())

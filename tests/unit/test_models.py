@@ -240,7 +240,17 @@ def test_tolerance_scales_with_the_output_not_below_one(method, dtype):
     unit = tolerance(method, dtype)
     assert tolerance(method, dtype, scale=0.25) == unit  # small outputs keep the absolute floor
     assert tolerance(method, dtype, scale=2.56) == pytest.approx(2.56 * unit)
-    assert tolerance(method, dtype, sample=True, scale=4.0) == pytest.approx(40 * unit)
+    # a sample's last step returns the guided prediction: g = 4 multiplies the error by 1 + 2g
+    assert tolerance(method, dtype, guidance=4.0, scale=4.0) == pytest.approx(36 * unit)
+    assert tolerance(method, dtype, guidance=-4.0) == tolerance(method, dtype, guidance=4.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(-100, 100), st.floats(0, 1e3))
+def test_guidance_never_tightens_the_tolerance(g, scale):
+    assert tolerance("ring", guidance=g, scale=scale) >= tolerance("ring", scale=scale)
+    assert tolerance("ulysses", guidance=g, scale=scale) < tolerance("ring", guidance=g,
+                                                                      scale=scale)
 
 
 def test_tolerance_accepts_a_correct_cogvideox_run():

@@ -1,0 +1,70 @@
+"""How far a parallel run may differ from one process: the one rule every comparison uses.
+
+    python -c "from cpcourse.support.tolerance import *; print(tolerance('ring', guidance=4))"
+
+Parallel attention is exact in arithmetic and inexact in floating point: the ring and USP merge
+partial softmaxes in another order than one kernel call, tensor parallelism sums the partial
+products of a linear layer in another order. The difference is rounding, so it is relative to the
+outputs' size, and a sampler's guidance multiplies it (below). Every `--compare` verdict and every
+exactness test reads its limit here.
+"""
+
+from __future__ import annotations
+
+import math
+
+# |CP - one process| for one forward with outputs of size 1. fp32: a merge of partial softmaxes
+# (ring, usp, a mesh with tp) 1e-5; Ulysses and all-gather run one kernel over the same keys, 1e-6
+# (a joined-text model still differs in kernel: masked vs unmasked). bf16 and fp16 round every
+# activation, so a different summation order moves outputs by a few units of their last place.
+BASE = {"float32": {"merge": 1e-5, "one_kernel": 1e-6}, "float64": {"merge": 1e-12,
+        "one_kernel": 1e-12}, "bfloat16": {"merge": 3e-2, "one_kernel": 3e-2},
+        "float16": {"merge": 5e-3, "one_kernel": 5e-3}}
+ONE_KERNEL = ("ulysses", "all_to_all", "allgather", "windows")
+ALIASES = {"fp32": "float32", "fp64": "float64", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def guidance_gain(guidance: float | None) -> float:
+    """How much classifier-free guidance multiplies a forward's error: 1 + 2|g| (1 without).
+
+    The guided prediction is uncond + g (cond - uncond); each branch carries an error e, so the
+    guided one carries up to (1 + 2|g|) e: 9x at g = 4. Sampling does not compound it further:
+    an x0-predicting Euler step is a convex blend x' = (t'/t) x + (1 - t'/t) x0, so the sample's
+    error stays below the largest step's prediction error (the last step returns that prediction
+    itself), and a velocity model's steps add errors weighted by |dt|, which sum to 1.
+    """
+    if guidance is None:
+        return 1.0
+    g = float(guidance)
+    if not math.isfinite(g):
+        raise ValueError(f"guidance must be finite, got {guidance!r}")
+    return 1.0 + 2.0 * abs(g)
+
+
+def tolerance(method: str, dtype: str = "float32", guidance: float | None = None,
+              scale: float = 1.0) -> float:
+    """Largest |parallel - one process| accepted for outputs up to `scale` in magnitude.
+
+    `method`: how attention ran ("ring", "usp", "ulysses", "allgather", "windows", "all_to_all";
+    anything else counts as a merge). `dtype`: torch's or the CLI's spelling. `guidance`: the
+    sampler's guidance scale when the output is a sample (None for one forward). The limit is
+    base * guidance_gain * max(1, scale), with `scale` = max |one-process output|: rounding is
+    relative, so an output of 2.56 may differ by 2.56x what an output of 1 may.
+    """
+    base = BASE[ALIASES.get(dtype, dtype)]["one_kernel" if method in ONE_KERNEL else "merge"]
+    return base * guidance_gain(guidance) * max(1.0, float(scale))
+
+
+def verdict(err: float, scale: float, method: str, dtype: str = "float32",
+            guidance: float | None = None) -> dict:
+    """A `--compare` report's keys: the difference, the limit and whether it holds."""
+    tol = tolerance(method, dtype, guidance, scale)
+    return {"max_abs_diff_vs_single_process": float(err), "tolerance": tol,
+            "within_tolerance": bool(err <= tol)}
+
+
+def describe(report: dict) -> str:
+    """One line for a report that holds `verdict`'s keys."""
+    ok = "within" if report["within_tolerance"] else "OUTSIDE"
+    return (f"max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g} "
+            f"({ok} the tolerance {report['tolerance']:.2g})")
