@@ -24,7 +24,7 @@ from __future__ import annotations
 from cpcourse.planner.facts import published_runs
 from cpcourse.planner.plan import TIE, plan
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
-from cpcourse.support.layout import Layout, divisors
+from cpcourse.support.layout import MAX_WORLD, Layout, divisors
 
 HOUR = 3600.0
 
@@ -34,9 +34,11 @@ def rates(gpus: int, group_gpus: int, seconds_per_video: float) -> dict:
     `seconds_per_video`: replicas, videos_per_hour (all of them), videos_per_gpu_hour and
     gpu_seconds_per_video."""
     gpus, group = positive_int("gpus", gpus), positive_int("group_gpus", group_gpus)
+    require(gpus <= MAX_WORLD, f"gpus {gpus}: use {MAX_WORLD} or fewer")
     require(gpus % group == 0, f"group_gpus {group} does not divide gpus {gpus}: every GPU "
             "would not be in a replica")
-    t = positive_float("seconds_per_video", seconds_per_video)
+    # bounded so that every rate below stays finite
+    t = positive_float("seconds_per_video", seconds_per_video, low=1e-6, high=1e30)
     replicas = gpus // group
     return {"group_gpus": group, "replicas": replicas, "seconds_per_video": t,
             "videos_per_hour": replicas * HOUR / t, "videos_per_gpu_hour": HOUR / (group * t),
