@@ -116,10 +116,10 @@ def as_torchrun_rank(argv: list[str]):
 # A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
 PARAMS = ("attention", "batch", "blend", "cfg_batch", "cfg_scale", "cp", "dtype", "ffn", "fps",
           "frames", "gpus", "head_dim", "heads", "height", "hidden", "kernel", "label", "layers",
-          "layout", "link", "link_efficiency", "method", "minutes", "nodes", "noise", "nproc",
-          "out", "parallel", "params_b", "patch", "prompt", "released", "sample_steps",
-          "seconds", "seed", "steps", "stride", "text_tokens", "timeout", "tokens", "ulysses",
-          "vae_spatial", "vae_temporal", "weights", "width", "window")
+          "layout", "link", "link_efficiency", "max_seconds", "method", "minutes", "nodes",
+          "noise", "nproc", "out", "parallel", "params_b", "patch", "prompt", "released",
+          "sample_steps", "seconds", "seed", "steps", "stride", "text_tokens", "timeout",
+          "tokens", "ulysses", "vae_spatial", "vae_temporal", "weights", "width", "window")
 OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
              "full_method": "--full", "temporal_method": "--temporal"}
 PARAM_FLAGS = {**{name: "--" + name.replace("_", "-") for name in PARAMS}, **OWN_FLAGS}

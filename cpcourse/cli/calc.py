@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 
-from cpcourse.planner import costs, plan, tokens, validation
+from cpcourse.planner import costs, plan, throughput, tokens, validation
 from cpcourse.support.errors import InputError
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 
@@ -92,6 +92,11 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="run the text encoder on the CPU (Wan's --t5_cpu)")
     p.add_argument("--validate", action="store_true",
                    help="predict every published run in the facts and report the errors")
+    p.add_argument("--objective", choices=("latency", "throughput"), default="latency",
+                   help="latency: one video soonest (default); throughput: most videos an hour, "
+                        "CP on all GPUs against independent replicas")
+    p.add_argument("--max-seconds", type=float,
+                   help="throughput: a latency target per video that the answer must meet")
     p.add_argument("--json", action="store_true")
 
 
@@ -232,16 +237,22 @@ def _validate_cmd(args):
 
 # Each `plan` flag with the mode it acts in (`cpcourse.support.modes`). Whether a model has
 # released dtypes for --released to use is the planner's own check (`plan.plan`).
-PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, **{
+PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, "layout": "latency",
+              "max_seconds": "throughput", **{
     dest: "one_plan" for dest in ("model", "height", "width", "frames", "gpus", "gpu", "nodes",
-                                  "steps", "kernel", "layout", "fsdp", "released", "offload",
-                                  "text_encoder_cpu")}}
+                                  "steps", "kernel", "fsdp", "released", "offload",
+                                  "text_encoder_cpu", "objective")}}
 
 
 def plan_conditions(args) -> dict[str, tuple[bool, str]]:
     """Which of PLAN_FLAGS' conditions these arguments meet, and what each needs."""
-    return {"one_plan": (not args.validate, "no --validate (it predicts the published runs "
-                         "as they were made)")}
+    one = not args.validate
+    return {"one_plan": (one, "no --validate (it predicts the published runs as they were "
+                         "made)"),
+            "latency": (one and args.objective == "latency", "--objective latency (throughput "
+                        "compares the layouts itself) and no --validate"),
+            "throughput": (one and args.objective == "throughput",
+                           "--objective throughput and no --validate")}
 
 
 def _plan_cmd(args):
@@ -252,10 +263,13 @@ def _plan_cmd(args):
         return _validate_cmd(args)
     if args.model is None or args.gpus is None:
         raise InputError("plan needs --model ID and --gpus N (or --validate)")
+    if args.objective == "throughput":
+        return _throughput_cmd(args)
     d = plan.plan(args.model, args.height, args.width, args.frames, args.gpus, args.gpu,
                   args.nodes, steps=args.steps, kernel=args.kernel, layout=args.layout,
                   fsdp=args.fsdp, released=args.released, offload=args.offload,
                   text_encoder_cpu=args.text_encoder_cpu).as_dict()
+    d["objective"] = "latency"
     if not d["valid"]:
         return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
     text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({d['nodes']} node(s)): "
@@ -266,6 +280,18 @@ def _plan_cmd(args):
     for r in d.get("runners_up", []):
         text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
                  f"({r['why_not']})")
+    d["track_record"] = validation.track_record(d["model"], d["gpu"])
+    return d, text + "\n" + _track_text(d["track_record"])
+
+
+def _throughput_cmd(args):
+    d = throughput.throughput(args.model, args.height, args.width, args.frames, args.gpus,
+                              args.gpu, args.nodes, max_seconds=args.max_seconds,
+                              steps=args.steps, kernel=args.kernel, fsdp=args.fsdp,
+                              released=args.released, offload=args.offload,
+                              text_encoder_cpu=args.text_encoder_cpu)
+    text = (f"{d['model']} on {d['gpus']} x {d['gpu']}, for throughput:\n"
+            + "\n".join(f"  - {r}" for r in d["reasoning"]))
     d["track_record"] = validation.track_record(d["model"], d["gpu"])
     return d, text + "\n" + _track_text(d["track_record"])
 

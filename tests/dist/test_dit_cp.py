@@ -47,9 +47,18 @@ def many(specs):
 
     from cpcourse.tinydit.sampling import generate_rank
 
-    world = dist.get_world_size()  # Ulysses splits the heads: skip it where P does not divide H
-    return [None if spec["full_method"] == "ulysses" and spec["model"]["heads"] % world
-            else generate_rank(spec) for spec in specs]
+    world, rank = dist.get_world_size(), dist.get_rank()
+    out = []
+    for i, spec in enumerate(specs):
+        if spec["full_method"] == "ulysses" and spec["model"]["heads"] % world:
+            out.append(None)  # Ulysses splits the heads: skip it where P does not divide H
+            continue
+        # each rank's global RNG in a state of its own, as a user's script may leave it: the
+        # sampler must not read it (test_the_clip_ignores_each_ranks_global_rng)
+        torch.manual_seed(1000 * rank + i)
+        junk = torch.randn(rank + 1)
+        out.append({**generate_rank(spec), "junk": float(junk[-1])})
+    return out
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +112,26 @@ def test_trained_model_draws_the_same_clip_at_every_p(runs):
                     assert abs(measured / predicted - 1) <= 0.15, (full, p, measured, predicted)
         seen = matches("circle-right", track(ref))
         assert seen["direction"] and seen["shape"] and seen["present_fraction"] >= 0.875, seen
+
+
+def test_the_clip_ignores_each_ranks_global_rng(runs):
+    """Before every sample each rank seeded torch's global RNG with a seed of its own and drew
+    from it; the trained model's clip is still the same at P = 1..4 and equal to one process
+    sampled here under yet another global state: the noise comes whole from one private
+    generator and every rank takes its slice (`cpcourse.tinydit.sampling.initial_noise`)."""
+    from cpcourse.tinydit.sampling import single_process_sample
+    from cpcourse.tinydit.training import to_clip
+
+    i = len(CONFIGS)  # the trained model with the ring
+    for p, res in runs.items():
+        assert len({rank[i]["junk"] for rank in res}) == p, f"P={p}: the ranks' RNGs agreed"
+    with torch.random.fork_rng():
+        torch.manual_seed(12345)
+        torch.rand(7)
+        ref = to_clip(single_process_sample(_trained_spec(*TRAINED[0])))
+    for p, res in runs.items():
+        clip = to_clip(torch.cat([rank[i]["frames"] for rank in res], dim=2))
+        assert float((clip - ref).abs().max()) <= 1e-5, f"P={p}"
 
 
 def test_peak_memory_falls_with_p_and_matches_the_model(runs):

@@ -19,6 +19,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from cpcourse.planner.throughput import rates
 from cpcourse.planner.validation import amdahl_fit
 from cpcourse.support.errors import InputError
 from cpcourse.support.layout import Layout, check_layout, layouts
@@ -104,6 +105,16 @@ def test_amdahl_fit_returns_finite_parts_or_refuses(points):
     fit = _result_or_input_error(lambda: amdahl_fit(points))
     if fit is not None:
         assert all(math.isfinite(x) for x in fit), fit
+
+
+@FUZZ
+@given(gpus=st.one_of(SIZE, st.sampled_from([4096, 4097])), group=SIZE,
+       seconds=st.one_of(NUMBER, st.sampled_from([1e-320, 1e-300, 1e300])))
+def test_throughput_rates_are_finite_and_consistent_or_refuse(gpus, group, seconds):
+    r = _result_or_input_error(lambda: rates(gpus, group, seconds))
+    if r is not None:
+        assert all(math.isfinite(v) for v in r.values()), r
+        assert r["replicas"] * r["group_gpus"] == gpus
 
 
 @pytest.mark.parametrize("call", [lambda: window_starts(8, 4, 0),

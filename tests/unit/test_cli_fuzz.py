@@ -62,6 +62,8 @@ FLAGS = {
              "--steps": INTS, "--kernel": st.sampled_from(["auto", "fa2", "fa3", "sdpa", "x"]),
              "--layout": st.sampled_from(["cfg=2,ulysses=4", "ring=8", "tp=3", "ring=0", "x=2",
                                           "", "ulysses=2,ring=2,tp=2"]),
+             "--objective": st.sampled_from(["latency", "throughput", "x", ""]),
+             "--max-seconds": FLOATS,
              **{f: st.none() for f in ("--validate", "--released", "--offload", "--fsdp",
                                        "--text-encoder-cpu")}},
 }
