@@ -53,7 +53,8 @@ def main() -> int:
         ("ruff", [PY, "-m", "ruff", "check", "cpcourse", "tests", "tools", "solutions",
                   "exercises"]),
         ("stubs-fresh", [PY, "tools/make_exercises.py", "--check"]),
-        ("tests", _pytest("tests", ["tests", "--impl", "solutions", *skip], junit)),
+        ("tests", _pytest("tests", ["tests", "--impl", "solutions", "--durations=25", *skip],
+                           junit)),
         ("stubs-fail", _pytest("stubs-fail", ["tests/graded", "--impl", "exercises",
                                          "--expect-stubs"], junit)),
     ]

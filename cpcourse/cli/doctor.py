@@ -76,16 +76,20 @@ def gloo_allreduce(timeout: float = GLOO_TIMEOUT_S) -> dict:
             "error": "; ".join(errors) or None}
 
 
-def _backend_problem() -> list[str]:
-    """launch()'s own check of CPCOURSE_BACKEND: a value every launch would refuse."""
+def _launch_env_problems() -> list[str]:
+    """launch()'s own checks of CPCOURSE_BACKEND and CPCOURSE_RANK_START: values every launch
+    would refuse."""
+    from cpcourse.launch.entry import start_method
     from cpcourse.launch.launcher import check_backend
     from cpcourse.support.errors import InputError
 
-    try:
-        check_backend(None, None, 1)
-    except InputError as exc:
-        return [f"{exc} (every launch refuses it)"]
-    return []
+    problems = []
+    for check in (lambda: check_backend(None, None, 1), start_method):
+        try:
+            check()
+        except InputError as exc:
+            problems.append(f"{exc} (every launch refuses it)")
+    return problems
 
 
 def diagnose(run_gloo: bool = True) -> dict:
@@ -115,8 +119,9 @@ def diagnose(run_gloo: bool = True) -> dict:
         report["nccl_available"] = torch.distributed.is_available() and \
             torch.distributed.is_nccl_available()
     report["backend_env"] = os.environ.get("CPCOURSE_BACKEND")
+    report["rank_start_env"] = os.environ.get("CPCOURSE_RANK_START")
     if report["torch"]:
-        problems += _backend_problem()
+        problems += _launch_env_problems()
     report["flash_attn"] = importlib.util.find_spec("flash_attn") is not None
     if report["cuda_available"] and not report["flash_attn"]:
         problems.append("flash-attn is not installed: the course uses torch's fused attention "

@@ -193,6 +193,18 @@ def _exit_codes(torchrun_log: str) -> dict[int, int]:
     return {int(r): int(c) for r, c in pairs}
 
 
+def _exit_files(run_dir: str, nproc: int) -> dict[int, int]:
+    """rank -> exit code from the `rank{k}.exit` files a fork-server launch writes."""
+    codes = {}
+    for r in range(nproc):
+        try:
+            with open(os.path.join(run_dir, f"rank{r}.exit")) as fh:
+                codes[r] = int(fh.read().strip())
+        except (OSError, ValueError):
+            continue
+    return codes
+
+
 def _how(code: int | None, stack_text: str) -> str:
     fatal = re.search(r"Fatal Python error: ([^\n]+)", stack_text)
     if code is not None and code < 0:
@@ -220,7 +232,7 @@ def rank_death(run_dir: str, nproc: int, torchrun_log: str = "") -> RankError | 
             dead.append(r)
     if not dead:
         return None
-    codes = _exit_codes(torchrun_log)
+    codes = {**_exit_codes(torchrun_log), **_exit_files(run_dir, nproc)}
     # torchrun ends the survivors of a failure with SIGTERM: those deaths are echoes
     r = min(dead, key=lambda x: (codes.get(x) is None, codes.get(x) == -signal.SIGTERM, x))
     try:

@@ -10,6 +10,8 @@ list of per-rank return values (a file target returns its global `RESULT`, else 
 A rank that raises makes the call raise `RankError` with that rank's traceback within about a
 second; a run past `timeout` raises `LaunchTimeout` naming each rank and the call it was stuck in.
 Whatever happens (error, timeout, Ctrl-C / kernel interrupt) the whole process tree is ended.
+On Linux the ranks are forked from a server that imported torch once (`CPCOURSE_RANK_START=exec`
+starts each as a fresh interpreter instead; see `cpcourse.launch.entry`).
 The calling process never imports CUDA or creates a process group.
 Inside a rank of the user's own torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; see
 `cpcourse.launch.torchrun`) nothing is started: nproc must be WORLD_SIZE, the target runs in
@@ -34,6 +36,7 @@ import threading
 import time
 import uuid
 
+from cpcourse.launch.entry import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch
@@ -125,6 +128,7 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
         target, nproc, timeout, start_timeout, backend, env, threads, pg_timeout)
     where = torchrun_rank()
     check_backend(backend, env, 1 if where else nproc)
+    start_method({**os.environ, **(env or {})})  # a bad CPCOURSE_RANK_START, named here
     if where is not None:  # a rank of the user's own torchrun: run here, as that rank
         values, seconds, output = run_here(
             _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,

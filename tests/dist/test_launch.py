@@ -150,7 +150,9 @@ def test_a_killed_launch_leaves_no_process(how, mark, tmp_path):
     try:
         lines = [caller.stdout.readline() for _ in range(2)]
         assert all("started" in line for line in lines), lines
-        assert len(marked(mark)) == 3  # torchrun and its two workers
+        # torchrun and its two workers, and the fork server unless they were started by exec
+        # (CPCOURSE_RANK_START, or a temp dir too deep for the server's Unix socket)
+        assert len(marked(mark)) in (3, 4), marked(mark)
         assert len(list(tmp_path.glob("cpcourse-launch-*"))) == 1
         caller.send_signal(how)
         code = caller.wait(timeout=30)

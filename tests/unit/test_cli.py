@@ -175,6 +175,9 @@ def test_doctor_is_not_ready_when_cpcourse_backend_is_nccl_without_gpus(monkeypa
     r = diagnose(run_gloo=False)
     assert not r["ok"] and any("CPCOURSE_BACKEND='nccl' needs a CUDA GPU" in p
                                for p in r["problems"]), r["problems"]
+    monkeypatch.setenv("CPCOURSE_RANK_START", "spawn")
+    r = diagnose(run_gloo=False)
+    assert any("CPCOURSE_RANK_START='spawn' must be" in p for p in r["problems"]), r["problems"]
 
 
 def test_a_timeout_names_the_flag_that_sets_it(capsys, monkeypatch):

@@ -373,3 +373,34 @@ def test_a_stopped_rank_is_said_not_to_answer(tmp_path):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_rank_start_method_is_checked_before_anything_starts(monkeypatch):
+    from cpcourse.launch.entry import ENV_START, start_method
+
+    linux = sys.platform.startswith("linux")
+    assert start_method({}) == ("forkserver" if linux else "exec")
+    assert start_method({ENV_START: " exec "}) == "exec"
+    with pytest.raises(InputError, match="CPCOURSE_RANK_START='spawn' must be forkserver or exec"):
+        start_method({ENV_START: "spawn"})
+    with pytest.raises(InputError, match="CPCOURSE_RANK_START"):  # refused by launch() itself
+        L.launch("cpcourse.launch.entry:rank_info", 2, env={ENV_START: "fork"})
+
+
+def test_the_fork_server_preloads_only_cpcourse_targets(tmp_path):
+    from cpcourse.launch.entry import _preload
+
+    def preload(target):
+        (tmp_path / "spec.json").write_text(json.dumps({"target": target}))
+        return _preload(str(tmp_path))
+
+    assert preload("cpcourse.runs.models:models_rank")[-1] == "cpcourse.runs.models"
+    base = preload("/home/me/train.py:main")  # a user's file may do anything when imported
+    assert "torch" in base and not any("train" in m for m in base)
+    assert preload("mypkg.mod:fn") == base
+
+
+def test_exit_codes_of_forked_ranks_come_from_their_files(tmp_path):
+    (tmp_path / "rank1.exit").write_text("-11")
+    (tmp_path / "rank0.exit").write_text("garbled")
+    assert E._exit_files(str(tmp_path), 3) == {1: -11}
