@@ -28,7 +28,7 @@ from cpcourse.models.vae import (
     split_rows,
 )
 from cpcourse.support.errors import require
-from cpcourse.support.peak_memory import peak_memory
+from cpcourse.support.peak_memory import peak_memory, require_fits
 
 DTYPES = ("float32", "float64", "bfloat16")
 # max |CP - one process|, outputs clamped to [-1, 1]: fp32 rounding of convs run on a halo-padded
@@ -40,6 +40,13 @@ TILE = (32, 24)  # pixel tile and stride for --tiled: 8 blended rows at each sea
 def check_vae_spec(spec: dict, nproc: int) -> tuple[int, int, int]:
     """The latent (frames, height, width), or InputError before any process starts."""
     latent = check_video_size(spec["arch"], spec["frames"], spec["height"], spec["width"])
+    require(0 <= spec.get("seed", 0) < 2**63, "--seed must be 0 to 2**63 - 1")
+    require(spec["frames"] <= 257, "--frames: use at most 257 (a tiny VAE on a CPU)")
+    for flag in ("height", "width"):
+        require(spec[flag] <= 4096, f"--{flag}: use at most 4096 pixels")
+    # one process holds a few full-resolution activations of 8 channels (the tiny VAE's widest)
+    require_fits(6 * 8 * 4 * spec["frames"] * spec["height"] * spec["width"],
+                 "this decode", "use a smaller --frames, --height or --width")
     require(spec.get("dtype", "float32") in DTYPES, f"--dtype must be one of {', '.join(DTYPES)}")
     require(nproc <= latent[1], f"--nproc {nproc} is more ranks than the {latent[1]} latent rows "
             f"of --height {spec['height']}: use --nproc {latent[1]} or fewer, or --height "
@@ -70,14 +77,19 @@ def rank_decode(spec: dict) -> dict:
             "sizes": split.sizes, "out": out if dist.get_rank() == 0 else None}
 
 
-def single_decode(spec: dict):
-    """One process: (video, seconds, peak bytes)."""
+def single_decode(spec: dict, threads: int | None = None):
+    """One process with `threads` torch threads (default: as now): (video, seconds, peak)."""
     vae, z = _setup(spec)
-    with torch.inference_mode():
-        _, peak = peak_memory(lambda: vae.decode(z).sample)
-        t0 = time.perf_counter()
-        out = vae.decode(z).sample
-        return out, time.perf_counter() - t0, peak
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads or before)
+    try:
+        with torch.inference_mode():
+            _, peak = peak_memory(lambda: vae.decode(z).sample)
+            t0 = time.perf_counter()
+            out = vae.decode(z).sample
+            return out, time.perf_counter() - t0, peak
+    finally:
+        torch.set_num_threads(before)
 
 
 def seam_errors(spec: dict, exact: torch.Tensor) -> dict:
@@ -119,11 +131,12 @@ def run_vae(spec: dict, nproc: int, compare: bool = True, tiled: bool = False,
               "peak_bytes_per_rank": [r["peak_bytes"] for r in results],
               "halo_bytes": [r["halo_bytes"] for r in results]}
     if compare or tiled:
-        ref, seconds, peak = single_decode(spec)
+        # as many threads as there are ranks (one each): the same cores, used two ways
+        ref, seconds, peak = single_decode(spec, threads=nproc)
         err = float((out.double() - ref.double()).abs().max())
         tol = TOLERANCE[report["dtype"]]
         report.update(max_abs_err=err, tolerance=tol, within_tolerance=err <= tol,
-                      seconds_single=seconds, peak_bytes_single=peak,
+                      seconds_single=seconds, threads_single=nproc, peak_bytes_single=peak,
                       predicted_peak_bytes_per_rank=predicted_peak_per_rank(peak, sizes),
                       peak_ratio=max(report["peak_bytes_per_rank"]) / peak)
         if tiled:
