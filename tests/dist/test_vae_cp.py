@@ -4,10 +4,13 @@
 
 ONE 4-rank gloo launch: each world size P runs on the group of ranks 0..P-1 (`dist.new_group`),
 so P = 4, 3, 2 and 1 cost one start-up. Latent heights not divisible by P, 1 to 3 latent
-frames, Wan (zero padding, a per-frame causal cache) and HunyuanVideo (replicate padding,
-GroupNorm). Without the GroupNorm all-reduce HunyuanVideo's decode is caught far outside the
-tolerance. Rank 0 returns rows; the assertions happen here so a failure names the case.
+frames, a seeded random size per P, Wan (zero padding, a per-frame causal cache) and
+HunyuanVideo (replicate padding, GroupNorm). Without the GroupNorm all-reduce HunyuanVideo's
+decode is caught far outside the tolerance. Rank 0 returns rows; the assertions happen here
+so a failure names the case.
 """
+
+import random
 
 import pytest
 
@@ -24,6 +27,17 @@ CASES = [("wan", 5, 40, 24, True, (1, 2, 3, 4)),
          ("wan", 9, 24, 16, True, (2,)),
          ("hunyuanvideo", 9, 24, 16, True, (3,)),
          ("hunyuanvideo", 5, 40, 24, False, (2, 4))]
+
+
+def _random_cases(seed: int = 28) -> list[tuple]:
+    """One seeded random size per world size: any latent height from P rows up, either VAE."""
+    rng = random.Random(seed)
+    return [(rng.choice(["wan", "hunyuanvideo"]), rng.choice([1, 5, 9]),
+             8 * rng.randint(world, 7), 8 * rng.randint(1, 3), True, (world,))
+            for world in (2, 3, 4)]
+
+
+CASES += _random_cases()
 
 
 def decode_on_groups(cases):
