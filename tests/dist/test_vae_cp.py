@@ -7,7 +7,7 @@ so P = 4, 3, 2 and 1 cost one start-up. Latent heights not divisible by P, 1 to 
 frames, a seeded random size per P, Wan (zero padding, a per-frame causal cache) and
 HunyuanVideo (replicate padding, GroupNorm). Without the GroupNorm all-reduce HunyuanVideo's
 decode is caught far outside the tolerance. Rank 0 returns rows; the assertions happen here
-so a failure names the case.
+so a failure names the case. One more 2-rank launch runs the command itself with --save.
 """
 
 import random
@@ -92,3 +92,24 @@ def test_each_rank_keeps_its_rows_and_only_a_split_sends_halos(rows):
 def test_groupnorm_without_the_all_reduce_is_caught(rows):
     unsynced = [row for row in rows if not row["case"][4]]
     assert unsynced and all(row["err"] > 1000 * TOL for row in unsynced), unsynced
+
+
+def test_the_command_saves_the_one_process_video(tmp_path, capsys):
+    """`cpcourse vae --save` on 2 ranks writes the pixels one process decodes, and says so."""
+    import json
+
+    import torch
+
+    from cpcourse.cli import main
+    from cpcourse.runs.vae import single_decode
+
+    path = tmp_path / "video.pt"
+    argv = ["vae", "--arch", "hunyuanvideo", "--nproc", "2", "--frames", "1", "--height", "16",
+            "--width", "8", "--seed", "2", "--save", str(path), "--compare", "--json"]
+    assert main(argv) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["within_tolerance"] and report["video_shape"] == [1, 3, 1, 16, 8]
+    assert max(report["peak_bytes_per_rank"]) < report["peak_bytes_single"]
+    spec = {"arch": "hunyuanvideo", "frames": 1, "height": 16, "width": 8, "seed": 2}
+    want = single_decode(spec)[0]
+    assert float((torch.load(path) - want).abs().max()) <= TOL
