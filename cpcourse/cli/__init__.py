@@ -35,14 +35,15 @@ DELEGATED = {
     "train": ("cpcourse.cli.train", "train the tiny video DiT on moving shapes"),
     "models": ("cpcourse.cli.models",
                "a tiny real diffusers video transformer (Wan, HunyuanVideo, ...) under CP"),
+    "vae": ("cpcourse.cli.vae", "a tiny real video VAE decoded on P ranks split along height"),
 }
 CALCULATORS = ("tokens", "memory", "comm", "plan")
 # Inside the user's own torchrun these run as its rank; these others start processes of their
 # own that cannot, and are refused there.
 TORCHRUN_COMMANDS = ("demo", "generate", "models", "bench ring")
-NOT_UNDER_TORCHRUN = ("bench", "grade")
+NOT_UNDER_TORCHRUN = ("bench", "grade", "vae")
 # The commands whose launches take their time limit from a --timeout flag.
-TIMEOUT_COMMANDS = ("demo", "generate", "models", "bench models", "bench ring")
+TIMEOUT_COMMANDS = ("demo", "generate", "models", "vae", "bench models", "bench ring")
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -8,7 +8,7 @@ valid, boundary and hostile values (0, -1, 2**63, nan, inf, 1e308, 1e-320, "", w
 and calls the command in-process. Whatever it draws, the command either succeeds with one JSON
 object that strict parsers accept (no NaN, no Infinity) or fails with status 2 and exactly one
 line on stderr; no exception escapes and no call runs for long. The commands that start
-processes (demo, generate in each mode, models, bench ring|models|launch|windows|mesh) get
+processes (demo, generate in each mode, models, vae, bench ring|models|launch|windows|mesh|vae) get
 hostile values only: they must refuse before any process starts. Derandomized, so CI sees
 the same examples every run.
 """
@@ -91,6 +91,9 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
                                    "--seed": SEEDS_REFUSED},
              "models --arch wan --method usp": _refused("--ulysses"),
              "models --arch wan --sample-steps 2": {"--cfg-scale": [*ANY_NUMBER_REFUSED, "1e4"]},
+             "vae --arch wan": {**_refused("--nproc", "--frames", "--height", "--width",
+                                           "--timeout"), "--seed": SEEDS_REFUSED},
+             "bench vae": _refused("--frames", "--size"),
              "bench ring": _refused("--nproc", "--seq-len", "--heads", "--repeats"),
              "bench models": _refused("--nproc", "--frames", "--size", "--timeout"),
              "bench launch": _refused("--nproc", "--repeats"),

@@ -11,7 +11,7 @@ import argparse
 import pytest
 
 from cpcourse.bench import ring as bench_ring
-from cpcourse.cli import calc, generate, main, models
+from cpcourse.cli import calc, generate, main, models, vae
 from cpcourse.support.errors import ArgumentParser, InputError
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 
@@ -40,6 +40,7 @@ TABLES = {
                   "one_clip": (["--window", "4"], []),
                   "plain_cp": (["--layout", "ring=2"], []),
                   "windows": ([], ["--window", "4"])}),
+    "vae": (vae.build_parser, vae.MODE_FLAGS, vae.mode_conditions, ["--arch", "wan"], {}),
     "plan": (_plan_parser, calc.PLAN_FLAGS, calc.plan_conditions, [],
              {"one_plan": (["--validate"], []),
               "latency": (["--objective", "throughput"], []),

@@ -1,0 +1,70 @@
+"""Decoding latents on P ranks split along height, equal to one process: `decode_cp`.
+
+    python -m pytest tests/dist/test_vae_cp.py -q
+
+    vae = build_vae("wan", seed=0)                     # on every rank, the same weights
+    video = decode_cp(vae, latents)                    # latents [B, C, F_lat, H_lat, W_lat]
+    video.shape                                        # [B, 3, F, 8 H_lat, 8 W_lat] everywhere
+
+Every rank passes the FULL latents (they are 8 x 8 x 4 / 16 = 16 times smaller per frame than
+the video, and a sampler under CP has gathered them anyway) and decodes its `tensor_split` rows
+of them; the layers that mix rows are patched for the call (`cpcourse.models.vae.halo`).
+`gather=False` returns only the rank's rows of the video `[B, 3, F, 8 n_r, W]`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpcourse.models.vae.build import SPATIAL
+from cpcourse.models.vae.halo import HeightSplit, patched
+from cpcourse.support.errors import require
+from cpcourse.support.groups import forward_only, gather_uneven, require_group
+from cpcourse.support.shards import shard_sizes
+
+
+def split_rows(height: int, world: int) -> list[int]:
+    """Latent rows per rank: `torch.tensor_split` sizes, the first ranks one longer."""
+    return shard_sizes(height, world)
+
+
+def decode_rows(vae, latents: torch.Tensor, group=None, sync_norm: bool = True):
+    """This rank's rows of the decoded video `[B, 3, F, 8 n_r, W]`, and its HeightSplit."""
+    forward_only("decode_cp", latents)
+    rank, world = require_group(group, "decode_cp")
+    height = latents.shape[-2]
+    require(height >= world, f"decode_cp: {height} latent rows cannot be split over {world} "
+            f"ranks: use at most {height} ranks, or a taller video")
+    require(not getattr(vae, "use_tiling", False),
+            "decode_cp: turn tiling off (vae.disable_tiling()): the split replaces the tiles")
+    sizes = split_rows(height, world)
+    start = sum(sizes[:rank])
+    rows = latents[..., start:start + sizes[rank], :].contiguous()
+    split = HeightSplit(group, sizes)
+    with patched(vae, split, sync_norm=sync_norm):
+        out = vae.decode(rows).sample
+    return out, split
+
+
+def decode_cp(vae, latents: torch.Tensor, group=None, gather: bool = True,
+              sync_norm: bool = True) -> torch.Tensor:
+    """Decode `latents [B, C, F_lat, H_lat, W_lat]` split along height over `group`'s ranks.
+
+    Returns the full video `[B, 3, F, 8 H_lat, 8 W_lat]` on every rank (one all-gather of rows),
+    or with `gather=False` this rank's rows. Equal to `vae.decode(latents)` in one process to
+    float32 rounding (1e-5), whatever the split; `sync_norm=False` leaves GroupNorm's statistics
+    per rank (wrong on purpose: HunyuanVideo's VAE then differs from one process)."""
+    out, split = decode_rows(vae, latents, group, sync_norm)
+    if not gather:
+        return out
+    sizes = [n * SPATIAL for n in split.sizes]
+    return gather_uneven(out.contiguous(), sizes, dim=3, group=group, what="VAE video rows")
+
+
+def predicted_peak_per_rank(peak_single: int, sizes: list[int]) -> int:
+    """One process's peak scaled to the busiest rank's rows plus its two halo rows.
+
+    The peak sits at full resolution, where a rank holds 8 n rows of activations and a halo
+    row on each side while a convolution runs: about peak_single * (8 n_max + 2) / (8 H_lat)."""
+    height = sum(sizes)
+    return int(peak_single * (SPATIAL * max(sizes) + 2) / (SPATIAL * height))
