@@ -79,7 +79,7 @@ def gloo_allreduce(timeout: float = GLOO_TIMEOUT_S) -> dict:
 def _launch_env_problems() -> list[str]:
     """launch()'s own checks of CPCOURSE_BACKEND and CPCOURSE_RANK_START: values every launch
     would refuse."""
-    from cpcourse.launch.entry import start_method
+    from cpcourse.launch.forkserver import start_method
     from cpcourse.launch.launcher import check_backend
     from cpcourse.support.errors import InputError
 

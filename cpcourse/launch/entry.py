@@ -236,101 +236,18 @@ def rank_info() -> dict:
             "threads": torch.get_num_threads(), "backend": dist.get_backend()}
 
 
-# How torchrun starts the ranks. "forkserver" (Linux): one server process imports torch and the
-# target's module once, while torchrun itself starts, and forks every rank from it, so a rank
-# starts in a fraction of a second instead of importing torch again (about 3 s of CPU per rank,
-# most of a short launch on a laptop). The server is single-threaded, unlike torchrun's agent
-# (its rendezvous store runs threads), which is why the ranks are not forked from the agent.
-# "exec": each rank is a fresh `python -m cpcourse.launch.entry` (every other platform).
-ENV_START = "CPCOURSE_RANK_START"
-START_METHODS = ("forkserver", "exec")
-
-
-def start_method(env=None) -> str:
-    """The rank start method `CPCOURSE_RANK_START` asks for (default: forkserver on Linux)."""
-    env = os.environ if env is None else env
-    default = "forkserver" if sys.platform.startswith("linux") else "exec"
-    method = str(env.get(ENV_START) or default).strip()
-    if method not in START_METHODS:
-        from cpcourse.support.errors import InputError
-
-        raise InputError(f"{ENV_START}={method!r} must be {' or '.join(START_METHODS)}: fix it, "
-                         "or unset it for the default")
-    if method == "forkserver" and not sys.platform.startswith("linux"):
-        return "exec"  # the fork server needs fork(); elsewhere every rank is a fresh process
-    return method
-
-
-def _preload(run_dir: str) -> list[str]:
-    """What the fork server imports before forking ranks: torch, the rank's own start-up, and
-    the target's module when it is cpcourse's (a user's module may do anything on import)."""
-    with open(os.path.join(run_dir, "spec.json")) as fh:
-        target = json.load(fh)["target"]
-    where = target.rsplit(":", 1)[0] if ":" in target else ""
-    mine = [where] if where.startswith("cpcourse.") and os.sep not in where else []
-    return ["torch", "torch.distributed", "cpcourse.support.groups", __name__, *mine]
-
-
 def forked_rank(run_dir: str) -> None:
-    """A rank forked by the fork server (torchrun set its RANK etc. in os.environ)."""
+    """A rank forked by the fork server (torchrun has set its RANK etc. in os.environ)."""
     _run_rank(run_dir)
 
 
-def _start_fork_server(run_dir: str) -> bool:
-    """Start the fork server now, so it imports torch while torchrun does; False (the ranks are
-    then started by exec) where it cannot start, e.g. a temp dir whose socket path is too long
-    for a Unix socket (about 107 bytes: a deep TMPDIR)."""
-    import multiprocessing
-    import multiprocessing.forkserver
-
-    multiprocessing.set_forkserver_preload(_preload(run_dir))
-    try:
-        multiprocessing.forkserver.ensure_running()
-    except OSError:
-        return False
-    return True
-
-
-def _record_exit_codes(run_dir: str) -> None:
-    """Write `rank{k}.exit` (the exit code, negative for a signal) for every forked rank whose end
-    torchrun's process context has seen: with forked ranks torchrun's failure summary names
-    only the first failure it noticed, often a peer's echo of the real one
-    (`cpcourse.launch.errors.rank_death` reads these files)."""
-    import importlib
-
-    spawn = importlib.import_module("torch.multiprocessing.spawn")
-    plain_join = spawn.ProcessContext.join
-
-    def join(self, *args, **kwargs):
-        try:
-            return plain_join(self, *args, **kwargs)
-        finally:
-            for k, proc in enumerate(self.processes):
-                code = getattr(proc._popen, "returncode", None)  # known: no poll, no race
-                path = os.path.join(run_dir, f"rank{k}.exit")
-                if code is not None and not os.path.exists(path):
-                    _write_atomic(path, str(code).encode())
-
-    spawn.ProcessContext.join = join
-
-
 def _torchrun(argv: list[str]) -> None:
-    """torchrun, with the ranks forked from a preloaded server when `start_method()` says so."""
+    """torchrun, its ranks forked from a preloaded server where `cpcourse.launch.forkserver`
+    says so (argv ends with the run folder)."""
     _set_parent_death_signal(signal.SIGTERM)
-    if start_method() == "forkserver" and _start_fork_server(argv[-1]):
-        import torch.distributed.run as torchrun
+    from cpcourse.launch.forkserver import use_fork_server
 
-        run_dir = argv[-1]
-
-        plain = torchrun.config_from_args
-
-        def config_from_args(args):
-            config, _, _ = plain(args)
-            config.start_method = "forkserver"
-            return config, forked_rank, [run_dir]
-
-        torchrun.config_from_args = config_from_args
-        _record_exit_codes(run_dir)
+    use_fork_server(argv[-1], forked_rank)
     from torch.distributed.run import main as torchrun_main
 
     torchrun_main(argv)

@@ -11,7 +11,7 @@ A rank that raises makes the call raise `RankError` with that rank's traceback w
 second; a run past `timeout` raises `LaunchTimeout` naming each rank and the call it was stuck in.
 Whatever happens (error, timeout, Ctrl-C / kernel interrupt) the whole process tree is ended.
 On Linux the ranks are forked from a server that imported torch once (`CPCOURSE_RANK_START=exec`
-starts each as a fresh interpreter instead; see `cpcourse.launch.entry`).
+starts each as a fresh interpreter instead; see `cpcourse.launch.forkserver`).
 The calling process never imports CUDA or creates a process group.
 Inside a rank of the user's own torchrun (RANK, WORLD_SIZE, MASTER_ADDR set; see
 `cpcourse.launch.torchrun`) nothing is started: nproc must be WORLD_SIZE, the target runs in
@@ -36,7 +36,7 @@ import threading
 import time
 import uuid
 
-from cpcourse.launch.entry import start_method
+from cpcourse.launch.forkserver import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch

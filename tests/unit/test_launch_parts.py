@@ -376,7 +376,7 @@ def test_a_stopped_rank_is_said_not_to_answer(tmp_path):
 
 
 def test_rank_start_method_is_checked_before_anything_starts(monkeypatch):
-    from cpcourse.launch.entry import ENV_START, start_method
+    from cpcourse.launch.forkserver import ENV_START, start_method
 
     linux = sys.platform.startswith("linux")
     assert start_method({}) == ("forkserver" if linux else "exec")
@@ -388,7 +388,7 @@ def test_rank_start_method_is_checked_before_anything_starts(monkeypatch):
 
 
 def test_the_fork_server_preloads_only_cpcourse_targets(tmp_path):
-    from cpcourse.launch.entry import _preload
+    from cpcourse.launch.forkserver import _preload
 
     def preload(target):
         (tmp_path / "spec.json").write_text(json.dumps({"target": target}))
