@@ -7,8 +7,9 @@ random weights, no download) on every rank, parallelizes it (`cpcourse.models.pa
 runs one forward on the full inputs (`--sample-steps N`: N steps of the model's own scheduler
 with CFG instead). `--compare` runs the same model in this process with as many threads as
 there are ranks and reports the largest difference and both times.
-JSON keys: arch, method, nproc, tokens, frame_sizes, ulysses, ring, dtype, seconds_cp, and with
---compare max_abs_err, tolerance, within_tolerance, ranks_identical, seconds_single, ratio.
+JSON keys: arch, method, nproc, tokens, split, frame_sizes (None split by tokens),
+tokens_per_rank, ulysses, ring, dtype, seconds_cp, and with --compare max_abs_err, tolerance,
+within_tolerance, ranks_identical, seconds_single, ratio.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import json
 from cpcourse.models.build import ARCHS
 from cpcourse.models.compare import DTYPES
 from cpcourse.models.parallel import METHODS
+from cpcourse.models.split import SPLITS
 from cpcourse.runs.models import run_models
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
@@ -43,6 +45,8 @@ def build_parser():
     p.add_argument("--sample-steps", type=int, default=None,
                    help="run N steps of the model's scheduler with CFG instead of one forward")
     p.add_argument("--cfg-scale", type=float, default=5.0)
+    p.add_argument("--split", choices=SPLITS, default="frames",
+                   help="whole latent frames per rank (default) or the tokens split evenly")
     p.add_argument("--shard-io", action="store_true",
                    help="the model takes and returns frame shards; gathered once at the end")
     p.add_argument("--repeat", type=int, default=3, help="timed runs after a warm-up (3)")
@@ -58,6 +62,7 @@ MODE_FLAGS = {"arch": ALWAYS, "nproc": ALWAYS, "layout": ALWAYS, "method": "no_l
               "ulysses": "usp", "ring_mode": "ring", "frames": ALWAYS, "height": ALWAYS,
               "width": ALWAYS, "batch": ALWAYS, "dtype": ALWAYS, "seed": ALWAYS,
               "sample_steps": ALWAYS, "cfg_scale": "sampling", "shard_io": "one_forward",
+              "split": "no_layout",
               "repeat": ALWAYS, "compare": ALWAYS, "timeout": ALWAYS, "json": ALWAYS}
 
 
@@ -98,6 +103,7 @@ def main(argv: list[str]) -> int:
             "height": args.height, "width": args.width, "batch": args.batch,
             "dtype": args.dtype, "seed": args.seed, "ulysses": args.ulysses,
             "ring_mode": args.ring_mode, "shard_io": args.shard_io, "repeat": args.repeat,
+            "split": args.split,
             "sample_steps": steps, "cfg_scale": args.cfg_scale}
     report = run_models(spec, args.nproc, compare=args.compare,
                         timeout=positive_float("--timeout", args.timeout, high=3600))
@@ -106,8 +112,10 @@ def main(argv: list[str]) -> int:
         return 0
     what = f"{steps} sampler steps" if steps else "one forward"
     how = f"layout {args.layout}" if layout else args.method
-    print(f"{args.arch} ({report['tokens']} video tokens, latent frames per rank "
-          f"{report['frame_sizes']}), {how} on {args.nproc} ranks "
+    shards = (f"latent frames per rank {report['frame_sizes']}" if report["frame_sizes"] else
+              "split by tokens")
+    print(f"{args.arch} ({report['tokens']} video tokens, {shards}, busiest rank "
+          f"{max(report['tokens_per_rank'])} tokens), {how} on {args.nproc} ranks "
           f"(ulysses {report['ulysses']} x ring {report['ring']}), {what}")
     if layout:
         sent = report["bytes_by_dim_per_rank"][0]

@@ -81,7 +81,7 @@ def rank_forward(spec: dict) -> dict:
     else:
         parallelize(model, method=spec["method"], ulysses=spec.get("ulysses"),
                     ring_mode=spec.get("ring_mode", "overlap"),
-                    shard_io=spec.get("shard_io", False))
+                    shard_io=spec.get("shard_io", False), split=spec.get("split", "frames"))
     fn = _run(model, inputs, spec, cp=True)
     extra = {}
     if mesh is not None:
@@ -99,8 +99,9 @@ def rank_forward(spec: dict) -> dict:
             "predicted_bytes_by_dim": predicted_bytes(model, inputs, spec, dist.get_rank())}
     out, seconds = _timed(fn, spec.get("repeat", 0))
     cp = model._cpcourse
-    return {"out": out, "seconds": seconds, "frame_sizes": cp.frame_sizes,
-            "tokens": sum(cp.lens), "ulysses": cp.ulysses, "ring": cp.ring, **extra}
+    return {"out": out, "seconds": seconds, "frame_sizes": cp.frame_sizes or None,
+            "tokens_per_rank": list(cp.lens), "tokens": sum(cp.lens), "ulysses": cp.ulysses,
+            "ring": cp.ring, **extra}
 
 
 def guidance(spec: dict) -> float | None:
@@ -117,6 +118,7 @@ def check_spec(spec: dict, nproc: int) -> dict:
     """Everything a launch would only find out inside the ranks, checked here: one clear line."""
     from cpcourse.models.build import arch_info, check_size, tokens
     from cpcourse.models.parallel import METHODS, check_ulysses
+    from cpcourse.models.split import SPLITS
     from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
     from cpcourse.support.layout import divisors
 
@@ -137,6 +139,8 @@ def check_spec(spec: dict, nproc: int) -> dict:
     if spec.get("layout"):
         from cpcourse.support.layout import Layout, check_layout
 
+        require(spec.get("split", "frames") == "frames", "a layout splits whole latent frames "
+                "(its byte prediction counts them): use split='frames' with a layout")
         lay = check_layout(Layout(**spec["layout"]), nproc, heads)
         require(lay.tp == 1 or info.id in ("wan", "wan2.2"), f"tensor parallel in "
                 f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
@@ -151,8 +155,13 @@ def check_spec(spec: dict, nproc: int) -> dict:
         require(frames >= lay.cp, f"ring x ulysses = {lay.cp} ranks split the {frames} latent "
                 f"frames: give frames={lay.cp} or more")
         return {"tokens": n_tok}
-    require(frames >= nproc, f"CP splits the {frames} latent frames over {nproc} ranks: give "
-            f"frames={nproc} or more, or use fewer ranks")
+    split = spec.get("split", "frames")
+    require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    require(split == "frames" or not spec.get("shard_io"), "shard_io hands each rank whole "
+            "latent frames: use split='frames' with it")
+    require(frames >= nproc or split == "tokens", f"CP splits the {frames} latent frames over "
+            f"{nproc} ranks: give frames={nproc} or more, use fewer ranks, or split='tokens'")
+    require(n_tok >= nproc, f"{n_tok} video tokens cannot be split over {nproc} ranks")
     u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
     if spec["method"] == "usp" and u is not None:
         require(nproc % u == 0, f"ulysses {u} must divide nproc={nproc}: choose one of "

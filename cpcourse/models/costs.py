@@ -32,7 +32,7 @@ def _all_reduce(payload: int, tp: int) -> int:
 def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     """What `rank_forward`'s one measured run sends, per dim; None for models other than Wan."""
     from cpcourse.mesh import usp_elements
-    from cpcourse.models.parallel import _latent_grid
+    from cpcourse.models.split import _latent_grid
     from cpcourse.support.layout import Layout
 
     if type(model).__name__ != "WanTransformer3DModel":

@@ -6,11 +6,12 @@ Every rank calls the model exactly as one process would, with the full inputs, a
 output. Five torch hooks and one attention processor per attention module do the rest:
 
     1. model pre-hook   reads the latent grid, splits the LATENT FRAMES over the ranks
-                        (tensor_split: uneven is fine, fewer frames than ranks is refused),
-                        slices per-token timesteps (Wan 2.2) and a passed-in rotary table
-                        (CogVideoX) to this rank's tokens
+                        (tensor_split: uneven is fine, fewer frames than ranks is refused;
+                        split="tokens" splits the flattened tokens evenly instead), slices
+                        per-token timesteps (Wan 2.2) and a passed-in rotary table (CogVideoX)
+                        to this rank's tokens
     2. rotary hook      replaces the model's table by its shard's rows, at the shard's GLOBAL
-                        frame offset (Wan, HunyuanVideo: `cpcourse.models.rotary`)
+                        offset (Wan, HunyuanVideo: `cpcourse.models.rotary`)
     3. first-block hook splits the video tokens, after patch embedding: the patchify and the
                         text/time embeddings ran on the full input and are the same everywhere
     4. processors       the softmax over the whole video (`cpcourse.models.processors`)
@@ -19,7 +20,7 @@ output. Five torch hooks and one attention processor per attention module do the
 Text tokens are never split: cross-attention (Wan) reads the replicated text locally, joined text
 (HunyuanVideo, CogVideoX) enters the softmax once. With `shard_io=True` the model instead takes
 and returns this rank's frames only (`cpcourse.models.shards`): hooks 3 and 5 are off and a
-sampler gathers once, at the end.
+sampler gathers once, at the end. Hooks 1, 3 and 5 live in `cpcourse.models.split`.
 """
 
 from __future__ import annotations
@@ -27,24 +28,24 @@ from __future__ import annotations
 import inspect
 from dataclasses import dataclass, field
 
-import torch
 import torch.distributed as dist
 
 from cpcourse.models.build import arch_of
 from cpcourse.models.processors import PROCESSORS, cp_attention_modules
 from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
+from cpcourse.models.split import (
+    SPLITS,
+    _gather_hook,
+    _pre_forward,
+    _split_tokens,
+)
 from cpcourse.ring import MODES as RING_MODES
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.groups import (
-    agree,
     agree_settings,
-    all_gather_single,
-    comm_device,
-    gather_uneven,
     require_group,
 )
 from cpcourse.support.layout import divisors
-from cpcourse.support.shards import shard_offsets, shard_sizes
 
 METHODS = ("ring", "ulysses", "usp", "allgather")
 
@@ -74,6 +75,7 @@ class CPState:
     ring_rank: int = 0
     ring_mode: str = "overlap"
     shard_io: bool = False
+    split: str = "frames"  # "frames" | "tokens": `cpcourse.models.split`
     mesh: object = None  # a cpcourse.mesh DeviceMesh, when parallelized on one
     handles: list = field(default_factory=list)
     # set by the model pre-hook for each forward
@@ -82,10 +84,6 @@ class CPState:
     lens: list = field(default_factory=list)  # video tokens per rank
     tok0: int = 0  # this rank's first token
     u_lens: list = field(default_factory=list)  # video tokens of my Ulysses group's ranks
-
-    @property
-    def f0(self) -> int:
-        return shard_offsets(self.frame_sizes)[self.rank]
 
 
 def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
@@ -118,89 +116,13 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
     cp.u_group, cp.ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
 
 
-def _latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
-    """(latent frames after patchify, rows, columns) of the token grid."""
-    name, cfg = type(model).__name__, model.config
-    require(isinstance(latents, torch.Tensor) and latents.dim() == 5,
-            f"{name} takes latents of 5 dims, got "
-            f"{tuple(latents.shape) if isinstance(latents, torch.Tensor) else type(latents)}")
-    if name == "WanTransformer3DModel":
-        pt, ph, pw = cfg.patch_size
-        _, _, f, h, w = latents.shape
-    elif name == "HunyuanVideoTransformer3DModel":
-        pt, ph, pw = cfg.patch_size_t, cfg.patch_size, cfg.patch_size
-        _, _, f, h, w = latents.shape
-    else:  # CogVideoX: [B, F, C, H, W]
-        pt, ph, pw = cfg.patch_size_t or 1, cfg.patch_size, cfg.patch_size
-        _, f, _, h, w = latents.shape
-    require(f % pt == 0, f"{name} groups {pt} latent frames per patch: give a multiple of {pt}"
-            f" frames, got {f}")
-    return f // pt, h // ph, w // pw
-
-
-def _split(cp: CPState, frames_here: int, per_frame: int, latents: torch.Tensor) -> None:
-    if cp.shard_io:  # each rank holds its own frames: learn the others' counts
-        got = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
-        all_gather_single(got, torch.tensor([frames_here], device=got.device), group=cp.group)
-        sizes = got.tolist()
-    else:
-        # Every rank must pass the same whole latents: agree on their shape once per forward,
-        # so the attention layers can skip their own agreement (the ring takes `lens`).
-        shapes = agree(cp.group, seq_dim=0, latents=latents)["latents"]
-        require(len(set(shapes)) == 1, f"every rank must pass the same whole latents under CP "
-                f"(shard_io=False): got shapes {shapes} on ranks 0..{cp.world - 1}")
-        sizes = shard_sizes(frames_here, cp.world)
-    if min(sizes) < 1:
-        raise InputError(
-            f"CP over {cp.world} ranks splits the latent frames (after patchify), and there are "
-            f"only {sum(sizes)}: give at least {cp.world} latent frames, or use fewer ranks")
-    cp.frame_sizes, cp.per_frame = sizes, per_frame
-    cp.lens = [n * per_frame for n in sizes]
-    cp.tok0 = shard_offsets(cp.lens)[cp.rank]
-    g0 = cp.ring_rank * cp.ulysses
-    cp.u_lens = cp.lens[g0:g0 + cp.ulysses]
-
-
-def _pre_forward(cp: CPState, params: list[str]):
-    """`params`: the forward's parameter names in order (found once, not at every call)."""
-    def hook(model, args, kwargs):
-        args, kwargs = list(args), dict(kwargs)
-
-        def get(name):
-            i = params.index(name)
-            return args[i] if i < len(args) else kwargs.get(name)
-
-        def put(name, value):
-            i = params.index(name)
-            if i < len(args):
-                args[i] = value
-            else:
-                kwargs[name] = value
-
-        latents = get("hidden_states")
-        frames, pph, ppw = _latent_grid(model, latents)
-        _split(cp, frames, pph * ppw, latents)
-        mine, total = cp.lens[cp.rank], sum(cp.lens)
-        t = get("timestep")
-        if isinstance(t, torch.Tensor) and t.dim() == 2:  # one timestep per token (Wan 2.2)
-            require(t.shape[1] in (total, mine), f"per-token timesteps must have one entry per"
-                    f" video token ({total}, or this rank's {mine}), got {t.shape[1]}")
-            if t.shape[1] == total and total != mine:
-                put("timestep", t.narrow(1, cp.tok0, mine))
-        rot = get("image_rotary_emb") if "image_rotary_emb" in params else None
-        if rot is not None:  # CogVideoX: the pipeline passes the whole video's table
-            n = rot[0].shape[0]
-            require(n in (total, mine), f"image_rotary_emb must have one row per video token "
-                    f"({total}, or this rank's {mine}), got {n}")
-            if n == total and total != mine:
-                put("image_rotary_emb", slice_tokens(rot, cp.tok0, mine, 0))
-        return tuple(args), kwargs
-    return hook
-
-
 def _rope_hook(cp: CPState, kind: str):
+    """The rotary table of this rank's tokens: the rows of the frames its tokens touch, cut to
+    its token range (a frame split's range is whole frames)."""
     def hook(module, args, output):
-        f0, nf = cp.f0, cp.frame_sizes[cp.rank]
+        n, per = cp.lens[cp.rank], cp.per_frame
+        f0 = cp.tok0 // per
+        nf = (cp.tok0 + n - 1) // per - f0 + 1
         latents = args[0]
         grid = latents.shape[-2] // (module.patch_size[1] if kind == "wan" else module.patch_size)
         gw = latents.shape[-1] // (module.patch_size[2] if kind == "wan" else module.patch_size)
@@ -208,23 +130,8 @@ def _rope_hook(cp: CPState, kind: str):
             cos, sin = wan_rope_shard(module, f0, nf, grid, gw)
         else:
             cos, sin = hunyuan_rope_shard(module, f0, nf, grid, gw, device=latents.device)
+        cos, sin = slice_tokens((cos, sin), cp.tok0 - f0 * per, n, 1 if kind == "wan" else 0)
         return cos.to(output[0].dtype), sin.to(output[1].dtype)
-    return hook
-
-
-def _split_tokens(cp: CPState):
-    def hook(module, args, kwargs):
-        if args:
-            x = args[0]
-            return (x.narrow(1, cp.tok0, cp.lens[cp.rank]),) + tuple(args[1:]), kwargs
-        x = kwargs["hidden_states"]
-        return args, {**kwargs, "hidden_states": x.narrow(1, cp.tok0, cp.lens[cp.rank])}
-    return hook
-
-
-def _gather_hook(cp: CPState):
-    def hook(module, args, output):
-        return gather_uneven(output, cp.lens, dim=1, group=cp.group)
     return hook
 
 
@@ -266,7 +173,8 @@ def _agree_call(model, group, mesh, **args) -> None:
 
 
 def parallelize(model, group=None, method: str | None = None, ulysses: int | None = None,
-                ring_mode: str = "overlap", shard_io: bool = False, mesh=None):
+                ring_mode: str = "overlap", shard_io: bool = False, mesh=None,
+                split: str = "frames"):
     """Run `model` (a diffusers Wan / HunyuanVideo / CogVideoX transformer) under CP, in place.
 
     Call on every rank of `group` (default: the world) after the process group is initialised.
@@ -277,11 +185,16 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
     mesh: a `cpcourse.mesh.make_mesh` DeviceMesh instead of group and method: the frames split
     over its ring x ulysses ranks (USP), Wan's heads over its tp ranks (`models/tp.py`); its cfg
     dim is the sampler's (`models.sampler.sample` runs one branch per cfg rank).
+    split: "frames" (whole latent frames per rank) or "tokens" (the flattened video split
+    evenly, as the planner assumes; not with shard_io): see `cpcourse.models.split`.
     Returns the model; `unparallelize(model)` undoes it (not tensor parallel: build afresh).
     """
     info = arch_of(model)
     _agree_call(model, group, method=method, ulysses=ulysses, ring_mode=ring_mode,
-                shard_io=shard_io, mesh=mesh)
+                shard_io=shard_io, mesh=mesh, split=split)
+    require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
+    require(not (shard_io and split == "tokens"), "shard_io hands each rank whole latent frames "
+            "(shard_latents): use split='frames' with it, or shard_io=False")
     if mesh is not None:
         require(group is None and method in (None, "usp") and ulysses is None,
                 "with a mesh, the CP ranks are its ring x ulysses dims: pass no group, method "
@@ -325,6 +238,7 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
     cls = PROCESSORS[info.cls]
     for attn in cp_attention_modules(model):
         attn.set_processor(cls(cp, attn.processor))
+    cp.split = split
     model._cpcourse = cp
     return model
 

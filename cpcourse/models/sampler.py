@@ -21,8 +21,9 @@ import torch
 
 from cpcourse.mesh import cfg_branch, cfg_combine
 from cpcourse.models.build import arch_info
-from cpcourse.models.parallel import _latent_grid, cp_state
+from cpcourse.models.parallel import cp_state
 from cpcourse.models.shards import gather_latents, shard_latents
+from cpcourse.models.split import _latent_grid
 from cpcourse.support.errors import require
 
 SCHEDULERS = {

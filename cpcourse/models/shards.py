@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.models.parallel import _latent_grid, cp_state
+from cpcourse.models.parallel import cp_state
+from cpcourse.models.split import _latent_grid
 from cpcourse.support.errors import require
 from cpcourse.support.groups import all_gather_single, comm_device, gather_uneven
 from cpcourse.support.shards import shard_offsets, shard_sizes

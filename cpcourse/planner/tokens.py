@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
+from cpcourse.support.shards import video_shard_sizes
 
 
 @dataclass(frozen=True)
@@ -242,6 +243,11 @@ class TokenCount:
 
     def as_dict(self) -> dict:
         return asdict(self)
+
+    def rank_video_tokens(self, world: int, split: str = "frames") -> list[int]:
+        """Video tokens per rank under CP over `world` ranks, as `cpcourse.models` splits them
+        (`parallelize(split=...)`): whole latent frames, or the tokens evenly."""
+        return video_shard_sizes(self.token_frames, self.tokens_per_frame, world, split)
 
 
 def parse_patch(text: str) -> tuple[int, int, int]:

@@ -29,7 +29,8 @@ def run_models(spec: dict, nproc: int, compare: bool = True, timeout: float = 30
     r0 = results[0]
     method = spec["method"] if not spec.get("layout") else "mesh"
     report = {"arch": spec["arch"], "method": method, "nproc": nproc,
-              "tokens": info["tokens"], "frame_sizes": r0["frame_sizes"],
+              "tokens": info["tokens"], "split": spec.get("split", "frames"),
+              "frame_sizes": r0["frame_sizes"], "tokens_per_rank": r0["tokens_per_rank"],
               "ulysses": r0["ulysses"], "ring": r0["ring"],
               "dtype": spec.get("dtype", "float32"), "sample_steps": spec.get("sample_steps"),
               "shard_io": bool(spec.get("shard_io")),

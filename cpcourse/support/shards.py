@@ -25,6 +25,16 @@ def shard_sizes(length: int, world: int) -> list[int]:
     return [base + (1 if r < extra else 0) for r in range(world)]
 
 
+def video_shard_sizes(frames: int, per_frame: int, world: int, split: str = "frames") -> list[int]:
+    """Video tokens per rank for `frames` latent frames of `per_frame` tokens over `world` ranks:
+    whole frames split like tensor_split ("frames"), or the flattened tokens ("tokens"). The
+    library's models and the planner both count with this."""
+    require(split in ("frames", "tokens"), f"split must be 'frames' or 'tokens', got {split!r}")
+    if split == "tokens":
+        return shard_sizes(frames * per_frame, world)
+    return [n * per_frame for n in shard_sizes(frames, world)]
+
+
 def shard_offsets(sizes: list[int]) -> list[int]:
     """Start of each rank's shard in the whole sequence (prefix sums of `sizes`)."""
     offsets, total = [], 0

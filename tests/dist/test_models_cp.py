@@ -39,6 +39,11 @@ def cases(world: int) -> list[dict]:
             {"arch": "wan2.2", "method": "ulysses", "sample_steps": 3, "shard_io": True},
             {"arch": "hunyuanvideo", "method": "usp", "sample_steps": 3},
             {"arch": "cogvideox", "method": "ring", "sample_steps": 3}]
+    # token-level splits: 2 or 6 latent frames of 16 tokens, so most shards start mid-frame
+    # (and at P = 3, 4 there are more ranks than Wan's 2 frames)
+    out += [{"arch": a, "method": m, "frames": 6 if a == "hunyuanvideo" else 2,
+             "split": "tokens"} for a in ARCHS for m in ("ring", "ulysses")]
+    out += [{"arch": "wan", "method": "ring", "sample_steps": 2, "split": "tokens"}]
     return out
 
 

@@ -17,8 +17,9 @@ from cpcourse.models.compare import tolerance
 from cpcourse.models.processors import _text_keep
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
 from cpcourse.models.sampler import sample
+from cpcourse.models.split import SPLITS
 from cpcourse.support.errors import InputError
-from cpcourse.support.shards import shard_offsets, shard_sizes
+from cpcourse.support.shards import shard_offsets, shard_sizes, video_shard_sizes
 
 pytest.importorskip("diffusers")
 
@@ -45,6 +46,49 @@ def test_shard_rotary_rows_equal_the_whole_table(frames, h, w, world):
         for got, want in zip(hunyuan_rope_shard(hy.rope, f0, nf, h, w), whole["hy"],
                              strict=True):
             assert torch.equal(got, want[rows])
+
+
+@settings(max_examples=25, deadline=None)
+@given(frames=st.integers(1, 5), h=st.integers(1, 4), w=st.integers(1, 4),
+       world=st.integers(1, 7), split=st.sampled_from(SPLITS))
+def test_the_rotary_hook_gives_each_rank_its_rows_under_either_split(frames, h, w, world,
+                                                                      split):
+    """A token shard may start and end mid-frame: its rows are still the whole table's."""
+    from types import SimpleNamespace
+
+    from cpcourse.models.parallel import _rope_hook
+
+    wan, hy = build("wan"), build("hunyuanvideo")
+    latents = torch.zeros(1, 4, frames, 2 * h, 2 * w)
+    lens = video_shard_sizes(frames, h * w, world, split)
+    for rank, (tok0, n) in enumerate(zip(shard_offsets(lens), lens, strict=True)):
+        if n == 0:
+            continue
+        cp = SimpleNamespace(lens=lens, rank=rank, tok0=tok0, per_frame=h * w)
+        for model, kind, dim in ((wan, "wan", 1), (hy, "hunyuan", 0)):
+            whole = model.rope(latents)
+            got = _rope_hook(cp, kind)(model.rope, (latents,), whole)
+            for g, want in zip(got, whole, strict=True):
+                assert torch.equal(g, want.narrow(dim, tok0, n)), (kind, rank)
+
+
+@settings(max_examples=50, deadline=None)
+@given(frames=st.integers(1, 40), per_frame=st.integers(1, 64), world=st.integers(1, 16))
+def test_frame_and_token_splits_cover_the_video(frames, per_frame, world):
+    by_frame = video_shard_sizes(frames, per_frame, world, "frames")
+    by_token = video_shard_sizes(frames, per_frame, world, "tokens")
+    assert sum(by_frame) == sum(by_token) == frames * per_frame
+    assert all(n % per_frame == 0 for n in by_frame) and max(by_token) - min(by_token) <= 1
+    assert max(by_frame) >= max(by_token)  # the frame split's busiest rank never holds less
+
+
+def test_the_planner_counts_the_busiest_rank_as_the_library_splits():
+    from cpcourse.planner.tokens import model_tokens
+
+    tok = model_tokens("wan2.1-t2v-1.3b")  # 21 latent frames of 1,560 tokens at 480p
+    frames, tokens = (max(tok.rank_video_tokens(8, s)) for s in SPLITS)
+    assert (frames, tokens) == (3 * tok.tokens_per_frame, -(-tok.video_tokens // 8))
+    assert 1.14 < frames / tokens < 1.15  # 4,680 vs 4,095: 14% more on the critical path
 
 
 def test_rotary_table_too_short_is_refused(wan):
