@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 
-from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.hardware import get_gpu, get_link, kernel_efficiency
 from cpcourse.support.dtypes import canonical, nbytes
 from cpcourse.support.errors import InputError, positive_float, positive_int, require
 from cpcourse.support.shards import shard_sizes
@@ -97,6 +97,9 @@ def _rate(gpu: str, attention_efficiency: float | None) -> tuple[float, dict]:
     require(1e-3 <= eff <= 1, f"attention_efficiency must be in [0.001, 1], got {eff}")
     return g.attention_flops(eff), {
         "gpu": g.id, "gpu_bf16_tflops": g.bf16_tflops, "attention_efficiency": eff,
+        # the GPU's default kernel (`cpcourse.planner.hardware.default_kernel`) unless a rate
+        # was given
+        "kernel": g.kernel if attention_efficiency is None else None,
         "attention_efficiency_source": (g.efficiency_source if attention_efficiency is None
                                         else "given on the command line"),
         "effective_tflops": g.bf16_tflops * eff,
@@ -174,3 +177,20 @@ def comm(tokens: int, cp: int, heads: int, head_dim: int, *, dtype: str = "bf16"
     out.update(rate_info)
     out.update(link_info)
     return out
+
+
+def hide_threshold(gpu: str = "h100", link: str = "ib-ndr", kernel: str | None = None,
+                   dtype: str = "bf16") -> dict:
+    """The tokens per GPU from which a ring hop hides behind its block's attention, F b / (2 B)
+    (`comm`'s `min_tokens_per_rank_to_hide`), on `gpu` with `kernel` (its default kernel,
+    `cpcourse.planner.hardware.default_kernel`, unless given) over `link`: the one number
+    notebooks 05 and 10 both show. Keys: tokens, kernel, attention_efficiency, link,
+    effective_GBps."""
+    g, lk = get_gpu(gpu), get_link(link)
+    kernel = kernel or g.kernel
+    eff, _ = kernel_efficiency(g.id, kernel)
+    require(eff is not None, f"kernel {kernel} does not run on the {g.name}: use fa2 or sdpa")
+    rate, bw = g.attention_flops(eff), lk.effective_gbps * 1e9
+    b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
+    return {"tokens": math.ceil(rate * b / (2 * bw)), "kernel": kernel,
+            "attention_efficiency": eff, "link": lk.id, "effective_GBps": lk.effective_gbps}

@@ -79,6 +79,12 @@ def all_reduces_per_forward(model: ModelPreset | str, layers: int, text_joint: b
     return layers * (2 if text_joint else 3)
 
 
+def tp_allreduce_bytes(n: int, hidden: int, tp: int) -> float:
+    """Bytes one GPU sends in one TP all-reduce of its [n, hidden] bf16 hidden state, as a ring
+    all-reduce does it: 2 (tp - 1) / tp of the tensor."""
+    return 2 * (tp - 1) / tp * n * hidden * BYTES
+
+
 def _link_for(span: int, gpus_per_node: int, gpu):
     """The link a group of `span` consecutive ranks crosses."""
     return get_link(gpu.intra_link if span <= gpus_per_node else gpu.nic)
@@ -177,7 +183,7 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
                  else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
     reduces = model.tp_all_reduces_per_forward
-    tp_s = reduces * 2 * (t - 1) / t * n * h * BYTES / (tp_link.effective_gbps * 1e9)
+    tp_s = reduces * tp_allreduce_bytes(n, h, t) / (tp_link.effective_gbps * 1e9)
     fsdp_s = 0.0
     if fsdp and world > 1:
         gather = (model.block_params / layers * BYTES * (world - 1) / world
@@ -252,11 +258,13 @@ def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
 
 
 def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
-         kernel: str = "fa2", fsdp: bool = False, steps: int = 50, released: bool = False,
+         kernel: str | None = None, fsdp: bool = False, steps: int = 50, released: bool = False,
          residency: Residency = RESIDENT) -> dict:
     """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`): its
-    compute, communication and memory (see above), composed."""
+    compute, communication and memory (see above), composed. `kernel`: the GPU's default
+    (`cpcourse.planner.hardware.default_kernel`) unless given."""
     model, gpu = as_preset(model), get_gpu(gpu_id)
+    kernel = kernel or gpu.kernel
     comp = compute_seconds(model, tok, gpu, layout, kernel)
     comm = comm_seconds(model, tok, gpu, layout, gpus_per_node, comp, fsdp)
     mem = memory_bytes(model, tok, layout, fsdp, released, residency)

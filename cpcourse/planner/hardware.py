@@ -30,8 +30,6 @@ class GPU:
     nvlink: str | None  # id of its NVLink in `links()`; None where the GPU has no NVLink
     pcie: str  # id of its host PCIe link in `links()`
     nic: str  # id of the InfiniBand NIC its systems pair with each GPU (NDR where none is named)
-    attention_efficiency: float  # achievable share of peak for fused attention kernels
-    efficiency_source: str
     sources: tuple[str, ...]
     arch: str  # ampere, hopper, ada or blackwell: the row of the attention-kernel table
     hbm_tbps: float  # memory bandwidth, TB/s (decimal)
@@ -41,10 +39,30 @@ class GPU:
     def hbm_bytes(self) -> int:
         return int(self.hbm_gb * 1e9)
 
+    @property
+    def kernel(self) -> str:
+        """The attention kernel every cpcourse time on this GPU assumes (`default_kernel`)."""
+        return default_kernel(self.id)
+
+    @property
+    def attention_efficiency(self) -> float:
+        """Share of peak that `kernel` reaches here (`kernel_efficiency`)."""
+        return kernel_efficiency(self.id, self.kernel)[0]
+
+    @property
+    def efficiency_source(self) -> str:
+        return kernel_efficiency(self.id, self.kernel)[1]
+
     def attention_flops(self, efficiency: float | None = None) -> float:
-        """FLOP/s a fused attention kernel reaches on this GPU."""
+        """FLOP/s the default kernel (or one at `efficiency` of peak) reaches on this GPU."""
         return self.bf16_tflops * 1e12 * (self.attention_efficiency if efficiency is None
                                           else efficiency)
+
+    def assumes(self) -> str:
+        """The kernel and rate behind every time on this GPU, for a sentence:
+        'FA2 at 35% of the H100's 989 TFLOP/s'."""
+        return (f"{self.kernel.upper()} at {self.attention_efficiency:.0%} of the "
+                f"{self.name}'s {self.bf16_tflops:g} TFLOP/s")
 
 
 @dataclass(frozen=True)
@@ -60,12 +78,6 @@ class Link:
         return self.gbps_per_direction * self.efficiency
 
 
-# Which attention-kernel efficiency of the facts sheet's calculator_defaults applies to each GPU
-# (the best kernel its architecture runs: FA3 on Hopper, FA2 elsewhere; H20's is measured).
-_EFFICIENCY_KEY = {"a100-80gb-sxm": "a100_fa2", "h100-sxm": "hopper_fa3",
-                   "h200-sxm": "hopper_fa3", "b200": "b200", "h20": "h20_fa3",
-                   "h800": "hopper_fa3", "a800-80gb-sxm": "a100_fa2", "l40s": "ada_fa2",
-                   "l20": "ada_fa2", "rtx4090": "ada_fa2"}
 _ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
             "a800": "a800-80gb-sxm", "4090": "rtx4090"}
 KERNELS = ("fa2", "fa3", "sdpa")
@@ -86,17 +98,13 @@ def _pcie_id(g: dict) -> str:
 def gpus() -> dict[str, GPU]:
     """GPUs of the facts sheet by id (`get_gpu` also takes a100/h100/h200/a800/4090)."""
     f = facts()
-    eff = f["calculator_defaults"]["attention_efficiency"]
     out = {}
     for g in f["hardware"]:
-        key = _EFFICIENCY_KEY[g["id"]]
         nvlink = _nvlink_id(g)
         out[g["id"]] = GPU(
             id=g["id"], name=g["name"], bf16_tflops=float(g["bf16_dense_tflops"]),
             hbm_gb=float(g["hbm_GB"]), nvlink=nvlink, pcie=_pcie_id(g),
             nic="ib-hdr" if "HDR" in g["nic"] else "ib-ndr",
-            attention_efficiency=float(eff[key]),
-            efficiency_source=f"facts sheet calculator_defaults.attention_efficiency.{key}",
             sources=tuple(g["sources"]), arch=g["arch"], hbm_tbps=float(g["hbm_TBps"]),
             intra_link=nvlink or g.get("intra_node_link") or _pcie_id(g),
         )
@@ -145,6 +153,23 @@ def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
     if hit is None:
         return None, table["null_reasons"][k][g.arch]
     return float(hit["value"]), hit["source"]
+
+
+def default_kernel(gpu_id: str) -> str:
+    """The attention kernel that every time cpcourse computes for this GPU assumes (notebooks,
+    `cpcourse comm`, `cpcourse plan --kernel auto`): FlashAttention-2, the kernel the models'
+    released code installs (flash-attn 2 in Wan's and HunyuanVideo's requirements), wherever it
+    runs; PyTorch's SDPA on a GPU where it does not.
+
+    Why not FA3 on Hopper, the fastest kernel there (70% of an H100's peak against FA2's 35%)?
+    The published runs the planner is checked against were made with the released code, and
+    they agree with FA2: `cpcourse plan --validate` misses by a median 6% with FA2 on every
+    Hopper and by 21% with FA3 (every Hopper run then comes out 1.3-2.3x too fast). The
+    course's own H200 measurement puts FA2 at 36% of peak, the papers' 35%. FA3 stays one
+    `kernel=` away, and notebook 05 shows what it changes: twice the rate needs twice the
+    tokens per GPU to hide a ring hop.
+    """
+    return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
 
 
 @lru_cache(maxsize=1)

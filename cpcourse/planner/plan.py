@@ -17,19 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpcourse.planner.deployment import cost
-from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
+from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_efficiency
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import MAX_WORLD, Layout, layouts
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
-
-
-def auto_kernel(gpu_id: str) -> str:
-    """The kernel a model's released code installs (flash-attn 2 in Wan's and HunyuanVideo's
-    requirements), unless it cannot run on the GPU: then PyTorch's SDPA."""
-    return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
 
 
 def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
@@ -145,7 +139,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     steps = positive_int("steps", 50 if steps is None else steps)
     require(steps <= 10000, f"steps {steps}: use at most 10000")
     g = get_gpu(gpu)
-    kernel = auto_kernel(g.id) if kernel == "auto" else kernel
+    kernel = default_kernel(g.id) if kernel == "auto" else kernel
     require(kernel in KERNELS, f"kernel must be auto or one of {', '.join(KERNELS)}, got "
             f"{kernel!r}")
     eff, _ = kernel_efficiency(g.id, kernel)

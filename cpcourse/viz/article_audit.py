@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import sys
 
-from cpcourse.planner.costs import attention_flops, comm, memory, planned_shard_sizes
-from cpcourse.planner.facts import facts
+from cpcourse.planner.costs import comm, memory
+from cpcourse.planner.deployment import cost, tp_allreduce_bytes
 from cpcourse.planner.hardware import get_gpu, get_link
 from cpcourse.planner.tokens import get_model, model_tokens, video_tokens
+from cpcourse.support.layout import Layout
 from cpcourse.viz import fmt
 
 # The article's worked example: a 720p clip of 5 s at 24 fps, an 8x VAE and 2x2 patches, a DiT
@@ -44,36 +45,44 @@ def verdict(article: float, computed: float) -> str:
 
 def tp_across_nodes(model_id: str = SEED_MODEL, cp: int = 8, tp: int = 2, gpu: str = "h100",
                     intra: str | None = None, inter: str = "ib-ndr") -> dict:
-    """One block of `model_id` at its default video on cp x tp GPUs: compute vs TP all-reduces.
+    """The article's layout priced by the planner's own cost (`cpcourse.planner.deployment`):
+    `model_id` at its default video on cp x tp GPUs, a ring of `cp` inside each node and TP
+    pairs across nodes, on the GPU's default kernel.
 
-    TP splits every matmul of a block over `tp` GPUs and then all-reduces the local hidden state
-    [tokens_per_rank, hidden] twice per block (after attention and after the MLP); a ring
-    all-reduce moves 2 (tp-1)/tp of it. Nothing overlaps it: the next matmul needs the sum.
-    CFG-parallel instead runs the conditional and unconditional forwards on separate GPU
-    groups and exchanges one latent-sized prediction per sampling step.
+    The planner's mesh puts TP innermost, so it cannot place TP across nodes itself: the
+    compute, the ring and the all-reduce count and bytes are `cost`'s for Layout(ring=cp, tp=tp)
+    with every group inside one node, and only the all-reduces move to the `inter` link
+    (`seconds_per_step_<link>`, `exposed_fraction_<link>`: their share of the compute). Nothing
+    overlaps an all-reduce: the next matmul needs the sum. CFG-parallel instead exchanges one
+    latent-sized prediction per sampling step (`cfg_exchange_bytes_per_step`).
     """
     m, g = get_model(model_id), get_gpu(gpu)
     tok = model_tokens(model_id)
-    n = tok.sequence_length
-    local = max(planned_shard_sizes(n, cp))
-    matmul = g.bf16_tflops * 1e12 * float(facts()["calculator_defaults"]["matmul_efficiency"])
-    attn_s = attention_flops(local, n, m.head_dim, m.heads) / tp / g.attention_flops()
-    linear_s = 2 * local * (m.params_b * 1e9 / m.layers) / tp / matmul
-    allreduce_bytes = 2 * (2 * (tp - 1) / tp) * local * m.hidden * 2
+    c = cost(m, tok, g.id, Layout(ring=cp, tp=tp), gpus_per_node=cp * tp)
+    per = c["breakdown"]["per_forward_seconds"]
+    compute = per["linear"] + per["attention"] + per["ring_merge"] + per["elementwise"]
+    waits = sum(per.values()) - compute - per["tp_allreduce"]  # ring, ulysses: inside a node
+    reduces = c["breakdown"]["tp_all_reduces_per_forward"]
+    one = tp_allreduce_bytes(c["tokens_per_rank"], m.hidden, tp)
     links = {name: get_link(name) for name in (intra or g.intra_link, inter)}
     out = {
-        "model": m.id, "cp": cp, "tp": tp, "gpus": cp * tp, "tokens": n,
-        "tokens_per_rank": local, "block_compute_seconds": attn_s + linear_s,
-        "allreduce_bytes_per_block": int(allreduce_bytes),
-        "allreduce_bytes_per_forward": int(allreduce_bytes * m.layers),
+        "model": m.id, "cp": cp, "tp": tp, "gpus": cp * tp, "tokens": tok.sequence_length,
+        "tokens_per_rank": c["tokens_per_rank"], "kernel": c["kernel"],
+        "kernel_efficiency": c["kernel_efficiency"], "assumes": g.assumes(),
+        "block_compute_seconds": compute / m.layers,
+        "allreduces_per_forward": reduces, "allreduces_per_block": reduces / m.layers,
+        "allreduce_bytes_per_block": int(one * reduces / m.layers),
+        "allreduce_bytes_per_forward": int(one * reduces),
         "cfg_exchange_bytes_per_step": (m.latent_channels * tok.latent_frames
                                         * tok.latent_height * tok.latent_width * 2),
         "layers": m.layers, "cfg_forwards": m.cfg_forwards,
     }
     for name, lk in links.items():
-        t = allreduce_bytes / (lk.effective_gbps * 1e9)
-        out[f"allreduce_seconds_per_block_{name}"] = t
-        out[f"exposed_fraction_{name}"] = t / (attn_s + linear_s)
+        t = one * reduces / (lk.effective_gbps * 1e9)
+        out[f"allreduce_seconds_per_block_{name}"] = t / m.layers
+        out[f"exposed_fraction_{name}"] = t / compute
+        out[f"seconds_per_step_{name}"] = (c["forwards_per_step"] * (compute + waits + t)
+                                           + c["breakdown"]["cfg_exchange_seconds"])
     out["intra"], out["inter"] = list(links)
     return out
 

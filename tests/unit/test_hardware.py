@@ -25,11 +25,14 @@ def _entry(gpu_id):
 def test_every_gpu_loads_with_sources_and_its_own_links():
     table, links = hardware.gpus(), hardware.links()
     assert set(table) >= {"h20", "h800", "a800-80gb-sxm", "l40s", "l20", "rtx4090"}
-    assert set(hardware._EFFICIENCY_KEY) == set(table)
     for g in table.values():
         assert g.sources and all(isinstance(s, str) and s for s in g.sources)
         assert g.name and g.bf16_tflops > 0 and g.hbm_gb > 0
         assert 0 < g.attention_efficiency <= 1 and g.efficiency_source
+        # one default kernel per GPU, the one `kernel_efficiency` prices
+        assert g.kernel == hardware.default_kernel(g.id) in hardware.KERNELS
+        assert (g.attention_efficiency, g.efficiency_source) == hardware.kernel_efficiency(
+            g.id, g.kernel)
         assert g.arch in ("ampere", "hopper", "ada", "blackwell")
         assert g.intra_link in links and g.pcie in links and g.nic in links
         assert g.nvlink is None or g.nvlink == g.intra_link
