@@ -68,6 +68,7 @@ def _ring(q, k, v, plan, group, rank, world, scale, stats):
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)
     lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)
     kv, area, useful, wasted = comm.load(k, v), 0, 0, 0
+    row = 2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size()  # K and V of one token
     for step in range(world):
         nxt = comm.next_block(step)
         if nxt is not None:
@@ -75,7 +76,6 @@ def _ring(q, k, v, plan, group, rank, world, scale, stats):
         owner = (rank - step) % world
         area += _attend_block(q, kv[0], kv[1], runs, assignment[owner], sizes, scale, out, lse)
         if step:  # the block arrived over the wire: did this rank need it?
-            row = kv[0, :, :, :1].numel() * 2 * kv.element_size()
             need = _prefix(assignment[owner], sizes, last)
             useful, wasted = useful + need * row, wasted + (kv.shape[3] - need) * row
         comm.wait(step)
@@ -104,15 +104,16 @@ def _all_to_all(q, k, v, plan, group, rank, world, scale, stats):
                                    input_split_sizes=[n * row for n in send_rows], group=group)
     else:
         recv = send
-    key_chunks = torch.tensor([c for s in range(world) for c in assignment[s]
-                               for _ in range(sizes[c]) if c <= last[rank]], dtype=torch.long)
-    order = torch.argsort(key_chunks, stable=True)  # chunk order: each query chunk sees a prefix
+    got = [c for a in assignment for c in a if c <= last[rank]]  # in arrival (rank) order
+    key_chunks = torch.repeat_interleave(torch.tensor(got, dtype=torch.long),
+                                         torch.tensor([sizes[c] for c in got], dtype=torch.long))
+    order = torch.argsort(key_chunks, stable=True).to(recv.device)  # each query chunk: a prefix
     kv = recv.view(-1, *packed.shape[1:])[order].permute(1, 2, 3, 0, 4)  # [2, B, H, Lk, D]
     acc = accumulator_dtype(q.dtype)
     out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)
     lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)
-    seen = sorted(c for a in assignment for c in a if c <= last[rank])  # whole chunks, sorted
-    area = _attend_block(q, kv[0], kv[1], _runs(mine, sizes), seen, sizes, scale, out, lse)
+    area = _attend_block(q, kv[0], kv[1], _runs(mine, sizes), sorted(got), sizes, scale, out,
+                         lse)
     if stats is not None:
         stats.append({"rank": rank, "method": "all_to_all", "work": area,
                       "useful_bytes": (sum(recv_rows) - recv_rows[rank]) * row

@@ -11,8 +11,9 @@ then joins the cache. Where the cache lives decides what travels per new chunk:
                 chunk's q, k, v and the output travel; the cache never does (MAGI-1, FastVideo).
                 Needs P to divide H.
     "pass-q"    sequence-sharded: each rank caches its own shard of every chunk, all heads. The
-                new queries go to every rank (all-gather), each returns a partial output and its
-                lse for every query (all-to-all), merged with `merge_attention`. Flat in h too.
+                new queries go to every rank (an all-gather, padded to the longest shard as gloo
+                needs), each returns a partial output and its lse for every query (all-to-all,
+                float32), merged with `merge_attention`. Flat in h too.
     "pass-kv"   sequence-sharded, the cache goes round the course's ring (`ring_attention`):
                 every rank's cache shard visits every rank, so the bytes grow with h.
 """
@@ -50,8 +51,10 @@ class KVCacheCP:
     q's dtype: the new chunk's queries over every cached token, the new chunk's own included
     (block-causal). `cache_bytes` is the K/V this rank holds: `[2, B, H/P, T, D]` under
     "ulysses", `[2, B, H, T_r, D]` (T_r: its shards of every chunk) otherwise. `transient_bytes`
-    is what the last `attend` held besides the cache and its in/out (buffers, gathered queries,
-    partials). Must be used by every rank of `group` in step.
+    is the working set the last `attend` added beside the cache: ulysses the head-sharded q and
+    its output `[B, H/P, n, D]`; pass-q the gathered queries `[B, H, n, D]`, its partials and
+    the partials received `[B, H, n(_r), D + 1]`; pass-kv the ring's two receive buffers, each
+    the largest cache shard. Must be used by every rank of `group` in step.
     """
 
     def __init__(self, design: str, group=None, scale=None):
