@@ -4,12 +4,12 @@
 
 Ranks, lowest first (README "Layout"): `support` < the concept modules at the top of `cpcourse/`,
 in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
-tensor parallelism < the mesh < video) < the chapters `tinydit`, `models`, `planner` and the
-machinery `launch` < `course`, `viz` and `runs` (what runs an experiment on P ranks) < `bench`
-(which only measures) < `cli`. A module may import its own chapter (its package, or itself) or
-any chapter of a lower rank; never a sibling chapter of the same rank, never a higher one, and no
-chain of imports comes back to where it started. Imports inside functions count too: a lazy
-import still ties the two modules together.
+tensor parallelism < the mesh < video and the block-causal `causal` chapter) < the chapters
+`tinydit`, `models`, `planner` and the machinery `launch` < `course`, `viz` and `runs` (what
+runs an experiment on P ranks) < `bench` (which only measures) < `cli`. A module may import
+its own chapter (its package, or itself) or any chapter of a lower rank; never a sibling chapter
+of the same rank, never a higher one, and no chain of imports comes back to where it started.
+Imports inside functions count too: a lazy import still ties the two modules together.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ RANKS = {
     "attention": 2,
     "sim": 3, "ring": 3, "ulysses": 3, "tensor_parallel": 3,
     "mesh": 4,
-    "video": 5,
+    "video": 5, "causal": 5,
     "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
     "course": 7, "viz": 7, "runs": 7,
     "bench": 8,
