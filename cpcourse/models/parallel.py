@@ -85,6 +85,11 @@ class CPState:
     tok0: int = 0  # this rank's first token
     u_lens: list = field(default_factory=list)  # video tokens of my Ulysses group's ranks
 
+    @property
+    def f0(self) -> int:
+        """The latent frame this rank's first token is in (its first frame under a frame split)."""
+        return self.tok0 // self.per_frame if self.per_frame else 0
+
 
 def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
     """Ulysses groups of neighbouring ranks, ring groups across them (usp builds both)."""

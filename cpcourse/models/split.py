@@ -69,8 +69,7 @@ def _split(cp, frames_here: int, per_frame: int, latents: torch.Tensor) -> None:
                 f"are only {sum(sizes)}: give at least {cp.world} latent frames, use fewer "
                 "ranks, or split='tokens'")
         cp.frame_sizes, cp.per_frame = sizes, per_frame
-        cp.lens = video_shard_sizes(frames_here, per_frame, cp.world) if not cp.shard_io else [
-            n * per_frame for n in sizes]
+        cp.lens = [n * per_frame for n in sizes]  # = video_shard_sizes(..., "frames")
     cp.tok0 = shard_offsets(cp.lens)[cp.rank]
     g0 = cp.ring_rank * cp.ulysses
     cp.u_lens = cp.lens[g0:g0 + cp.ulysses]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import math
 
+from cpcourse.support.errors import require
+
 # |CP - one process| for one forward with outputs of size 1. fp32: a merge of partial softmaxes
 # (ring, usp, a mesh with tp) 1e-5; Ulysses and all-gather run one kernel over the same keys, 1e-6
 # (a joined-text model still differs in kernel: masked vs unmasked). bf16 and fp16 round every
@@ -36,8 +38,7 @@ def guidance_gain(guidance: float | None) -> float:
     if guidance is None:
         return 1.0
     g = float(guidance)
-    if not math.isfinite(g):
-        raise ValueError(f"guidance must be finite, got {guidance!r}")
+    require(math.isfinite(g), f"guidance must be a finite number, got {guidance!r}")
     return 1.0 + 2.0 * abs(g)
 
 
