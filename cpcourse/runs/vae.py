@@ -67,11 +67,12 @@ def rank_decode(spec: dict) -> dict:
     import torch.distributed as dist
 
     vae, z = _setup(spec)
+    sync = spec.get("sync_norm", True)
     with torch.inference_mode():
-        (_, split), peak = peak_memory(decode_rows, vae, z)
+        (_, split), peak = peak_memory(decode_rows, vae, z, sync_norm=sync)
         dist.barrier()
         t0 = time.perf_counter()
-        out = decode_cp(vae, z)
+        out = decode_cp(vae, z, sync_norm=sync)
         seconds = time.perf_counter() - t0
     return {"seconds": seconds, "peak_bytes": peak, "halo_bytes": split.halo_bytes,
             "sizes": split.sizes, "out": out if dist.get_rank() == 0 else None}
