@@ -9,6 +9,8 @@ peak (the decode of its rows, `cpcourse.support.peak_memory`) beside the predict
 ~1/P + halo figure, and the halo bytes it sent. With `compare` it decodes in this process too
 (max_abs_err, tolerance, peak_bytes_single, seconds_single); with `tiled` it also runs
 diffusers' own tiled decode with small tiles and reports its error at the seams and inside.
+With `spec["naive_norm"]` the ranks also decode with GroupNorm's statistics left per rank (the
+naive split, wrong on purpose) and `compare` reports that error too (notebook 12).
 """
 
 from __future__ import annotations
@@ -73,8 +75,11 @@ def rank_decode(spec: dict) -> dict:
         t0 = time.perf_counter()
         out = decode_cp(vae, z)
         seconds = time.perf_counter() - t0
+        naive = decode_cp(vae, z, sync_norm=False) if spec.get("naive_norm") else None
+    first = dist.get_rank() == 0
     return {"seconds": seconds, "peak_bytes": peak, "halo_bytes": split.halo_bytes,
-            "sizes": split.sizes, "out": out if dist.get_rank() == 0 else None}
+            "sizes": split.sizes, "out": out if first else None,
+            "naive": naive if first else None}
 
 
 def single_decode(spec: dict, threads: int | None = None):
@@ -135,6 +140,9 @@ def run_vae(spec: dict, nproc: int, compare: bool = True, tiled: bool = False,
         ref, seconds, peak = single_decode(spec, threads=nproc)
         err = float((out.double() - ref.double()).abs().max())
         tol = TOLERANCE[report["dtype"]]
+        if results[0]["naive"] is not None:
+            report["max_abs_err_naive_norm"] = float((results[0]["naive"].double()
+                                                      - ref.double()).abs().max())
         report.update(max_abs_err=err, tolerance=tol, within_tolerance=err <= tol,
                       seconds_single=seconds, threads_single=nproc, peak_bytes_single=peak,
                       predicted_peak_bytes_per_rank=predicted_peak_per_rank(peak, sizes),

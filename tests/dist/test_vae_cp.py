@@ -113,3 +113,14 @@ def test_the_command_saves_the_one_process_video(tmp_path, capsys):
     spec = {"arch": "hunyuanvideo", "frames": 1, "height": 16, "width": 8, "seed": 2}
     want = single_decode(spec)[0]
     assert float((torch.load(path) - want).abs().max()) <= TOL
+
+
+def test_the_runner_reports_the_naive_norm_beside_the_exact_one():
+    """`run_vae` with `naive_norm`: the per-rank GroupNorm error beside the exact decode's."""
+    from cpcourse.runs.vae import run_vae
+
+    spec = {"arch": "hunyuanvideo", "frames": 1, "height": 16, "width": 8, "seed": 4,
+            "naive_norm": True}
+    report = run_vae(spec, 2, compare=True, timeout=120)
+    assert report["within_tolerance"], report["max_abs_err"]
+    assert report["max_abs_err_naive_norm"] > 1000 * TOL, report["max_abs_err_naive_norm"]

@@ -1,0 +1,79 @@
+# Yours to edit. Generated from solutions/ex12_pipeline.py by tools/make_exercises.py
+# stub-sha256: 8e7b09c961a7312c (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 12, the whole pipeline: the halo a stack of convolutions needs, and a
+bug hunt in a sampler whose ranks each hold the whole latent.
+
+    python -m pytest tests/graded --ex 12.1 --impl exercises
+
+The library's split decode is `cpcourse.models.vae.decode_cp` (a halo of one row per
+convolution, exchanged before every convolution); its sampler draws the whole noise from one
+generator (`cpcourse.tinydit.sampling.initial_noise`). Check yours in the notebook with
+`cpcourse.check("12.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpcourse.tinydit.sampling import initial_noise
+
+
+def halo_rows(layers: list[str]) -> int:
+    """Rows a rank must receive from EACH neighbour, at the input's resolution, so that it can
+    run the whole stack `layers` on its own rows plus that halo with no further exchange and get
+    its output rows exactly as one process would.
+
+    layers: applied in order to a `[B, C, H, W]` input split along H; each is "convK" (a K x K
+    convolution, K odd, zero padding K // 2: it keeps H) or "upN" (nearest upsampling by the
+    integer N: a rank's n rows become N n rows). Nothing else mixes rows.
+    Examples: [] -> 0; ["conv3"] -> 1; ["conv3", "conv3"] -> 2; ["conv5"] -> 2;
+    ["up2", "conv3"] -> 1; ["conv3", "up2", "conv3", "conv3"] -> 2.
+    """
+    # Exercise 12.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 12.1 halo_rows: read notebook 12, \"The halo of a stack\". Hint: work "
+        "backwards from the output, which needs no halo. Which rows does one layer's "
+        "output row read from that layer's input? Carry the count of extra rows from "
+        "the last layer to the first. (2 more: cpcourse.hint(\"12.1\"))"
+    )
+
+
+def replicated_sample_buggy(velocity, shape: tuple, seed: int, world: int,
+                            steps: int) -> torch.Tensor:
+    """A pipeline in which every rank holds the WHOLE latent, as a colleague wrote it (do not
+    copy it): the ranks are simulated in this process. Right on one rank, static on two.
+
+    Each step, rank r gives the transformer (run under CP) its frames of its own copy; the
+    velocity of every frame is gathered, and every rank steps its own copy with it. Rank 0's
+    copy is what gets decoded.
+    """
+    # every rank its own seed, so that no two ranks draw the same numbers
+    copies = [initial_noise(shape, seed + rank) for rank in range(world)]
+    times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+    for i in range(steps):
+        frames = [torch.tensor_split(c, world, dim=2)[r] for r, c in enumerate(copies)]
+        v = velocity(torch.cat(frames, dim=2), float(times[i]))  # the CP forward, gathered
+        copies = [c + float(times[i + 1] - times[i]) * v for c in copies]
+    return copies[0]
+
+
+def replicated_sample(velocity, shape: tuple, seed: int, world: int,
+                      steps: int) -> torch.Tensor:
+    """`replicated_sample_buggy`, fixed: rank 0's copy `[B, C, T, Hl, Wl]` after `steps` Euler
+    steps from t = 1 to t = 0 (times `torch.linspace(1, 0, steps + 1)` in float64).
+
+    velocity(x, t) -> v: the transformer's velocity for the whole latent `x [B, C, T, Hl, Wl]`
+    at time t (a float), same shape. Keep the structure (every rank a whole copy, rank r's
+    frames of its copy fed to the transformer, the gathered velocity applied to every copy).
+    The result must equal the one-process sampler started from `initial_noise(shape, seed)`,
+    for any `world` from 1 to the number of frames T, whatever the global RNG's state.
+    """
+    # Exercise 12.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 12.2 replicated_sample: read notebook 12, \"Bug hunt: static from a "
+        "sampler\". Hint: on one rank the buggy sampler is right. On two, which frames "
+        "does the transformer see from which copy, and what does each copy keep of "
+        "its own noise after the steps? Which copies must be equal for rank 0's copy "
+        "to be the one-process sample? (2 more: cpcourse.hint(\"12.2\"))"
+    )
