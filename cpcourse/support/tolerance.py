@@ -5,8 +5,9 @@
 Parallel attention is exact in arithmetic and inexact in floating point: the ring and USP merge
 partial softmaxes in another order than one kernel call, tensor parallelism sums the partial
 products of a linear layer in another order. The difference is rounding, so it is relative to the
-outputs' size, and a sampler's guidance multiplies it (below). Every `--compare` verdict and every
-exactness test reads its limit here.
+outputs' size, and a sampler's guidance multiplies it (below). Every `--compare` verdict of a
+model, sampler or VAE run reads its limit here (a single attention call, `cpcourse demo` and the
+graded kernels keep their own, tighter, measured limits).
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def tolerance(method: str, dtype: str = "float32", guidance: float | None = None
     """Largest |parallel - one process| accepted for outputs up to `scale` in magnitude.
 
     `method`: how attention ran ("ring", "usp", "ulysses", "allgather", "windows", "all_to_all";
-    anything else counts as a merge). `dtype`: torch's or the CLI's spelling. `guidance`: the
-    sampler's guidance scale when the output is a sample (None for one forward). The limit is
+    anything else, e.g. "height_split" for a VAE decoded by rows, counts as a merge). `dtype`:
+    torch's or the CLI's spelling. `guidance`: the sampler's guidance scale when the output is a
+    sample (None for one forward). The limit is
     base * guidance_gain * max(1, scale), with `scale` = max |one-process output|: rounding is
     relative, so an output of 2.56 may differ by 2.56x what an output of 1 may.
     """
