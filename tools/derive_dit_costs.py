@@ -32,7 +32,8 @@ from torch.utils.flop_counter import FlopCounterMode
 OUT = Path(__file__).resolve().parents[1] / "cpcourse" / "data" / "dit_derived_costs.json"
 # preset -> the cpcourse.models arch whose diffusers class it is
 PRESETS = {"wan2.1-t2v-1.3b": "wan", "wan2.1-t2v-14b": "wan", "wan2.2-t2v-a14b": "wan",
-           "hunyuanvideo-13b": "hunyuanvideo"}
+           "wan2.2-ti2v-5b": "wan2.2", "hunyuanvideo-13b": "hunyuanvideo",
+           "cogvideox-2b": "cogvideox", "cogvideox-5b": "cogvideox"}
 aten = torch.ops.aten
 ATTENTION = {aten._scaled_dot_product_flash_attention.default,
              aten._scaled_dot_product_efficient_attention.default,
@@ -85,13 +86,28 @@ def count(model_id: str, arch: str, frames: int) -> dict:
             "matmul_flops": int(matmul), "elementwise_bytes": int(moved.total)}
 
 
-def derive(model_id: str, arch: str) -> dict:
-    """Solve the two lines through the counts at the default length and one a quarter of it."""
-    from cpcourse.planner.tokens import get_model
+def _quarter_frames(model_id: str) -> int:
+    """The first frame count at or above a quarter of the default's latent frames that the
+    preset's frame rule accepts (CogVideoX: 8n + 1, Wan: 4n + 1)."""
+    from cpcourse.planner.tokens import get_model, model_tokens
+    from cpcourse.support.errors import InputError
 
     m = get_model(model_id)
-    long = count(model_id, arch, m.default_frames)
-    short = count(model_id, arch, (m.default_frames - 1) // 4 + 1)
+    frames = (model_tokens(model_id).latent_frames - 1) // 4 * m.vae_temporal + 1
+    while True:
+        try:
+            model_tokens(model_id, frames=frames)
+            return frames
+        except InputError:
+            frames += 1
+
+
+def derive(model_id: str, arch: str) -> dict:
+    """Solve the two lines through the counts at the default length and about a quarter of it."""
+    from cpcourse.planner.tokens import get_model
+
+    long = count(model_id, arch, get_model(model_id).default_frames)
+    short = count(model_id, arch, _quarter_frames(model_id))
     dn = long["tokens"] - short["tokens"]
     out = {"arch": arch, "points": [short, long]}
     for key, name in (("matmul_flops", "matmul_flops"), ("elementwise_bytes", "elementwise_bytes")):
@@ -105,8 +121,8 @@ def main() -> None:
     import diffusers
 
     data = {"about": __doc__.split("\n\n")[1].strip().replace("\n", " ") + " Sequence tokens N "
-            "are video plus joined text (HunyuanVideo); Wan's text enters by cross-attention "
-            "and is in the fixed part.", "diffusers": diffusers.__version__,
+            "are video plus joined text (HunyuanVideo, CogVideoX); Wan's text enters by "
+            "cross-attention and is in the fixed part.", "diffusers": diffusers.__version__,
             "models": {mid: derive(mid, arch) for mid, arch in PRESETS.items()}}
     OUT.write_text(json.dumps(data, indent=1) + "\n")
     for mid, d in data["models"].items():

@@ -42,8 +42,12 @@ def real_config(model_id: str, arch: str) -> dict:
     m = get_model(model_id)
     cfg = {"num_attention_heads": m.heads, "attention_head_dim": m.head_dim,
            "in_channels": m.latent_channels, "out_channels": m.latent_channels}
-    if arch == "wan":
+    if arch in ("wan", "wan2.2"):
         cfg.update(ffn_dim=m.ffn, num_layers=m.layers, text_dim=TEXT_DIM)
+    if arch == "cogvideox":
+        # the 5B rotates its queries and keys (the 2B adds sin-cos positions); its text is T5's
+        cfg.update(num_layers=m.layers, text_embed_dim=TEXT_DIM,
+                   use_rotary_positional_embeddings=m.id != "cogvideox-2b")
     return cfg
 
 
@@ -66,15 +70,25 @@ def real_inputs(model_id: str, arch: str, frames: int, device, dtype) -> dict:
     gen = None if torch.device(device).type == "meta" else torch.Generator(device=device)
     gen = gen and gen.manual_seed(0)
     rand = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)  # noqa: E731
-    kw = {"hidden_states": rand(1, m.latent_channels, tok.latent_frames, tok.latent_height,
-                                tok.latent_width),
+    shape = (1, m.latent_channels, tok.latent_frames, tok.latent_height, tok.latent_width)
+    if arch == "cogvideox":
+        shape = (1, tok.latent_frames, m.latent_channels, tok.latent_height, tok.latent_width)
+    # Wan 2.2 TI2V conditions every token on its own timestep: the time MLPs run per token
+    steps = (1, tok.video_tokens) if arch == "wan2.2" else (1,)
+    kw = {"hidden_states": rand(*shape),
           "encoder_hidden_states": rand(1, m.text_tokens, TEXT_DIM),
-          "timestep": torch.full((1,), 500.0, device=device, dtype=dtype)}
+          "timestep": torch.full(steps, 500.0, device=device, dtype=dtype)}
     if arch == "hunyuanvideo":
         kw["encoder_attention_mask"] = torch.ones(1, m.text_tokens, device=device,
                                                   dtype=torch.bool)
         kw["pooled_projections"] = rand(1, POOLED_DIM)
         kw["guidance"] = torch.full((1,), 6000.0, device=device, dtype=dtype)
+    if arch == "cogvideox" and model_id != "cogvideox-2b":
+        from cpcourse.models.build import cogvideox_rotary
+
+        grid = (tok.latent_height, tok.latent_width)
+        kw["image_rotary_emb"] = tuple(t.to(device) for t in cogvideox_rotary(
+            tok.latent_frames, *grid, head_dim=m.head_dim, base=grid, patch=m.patch[1]))
     return kw
 
 

@@ -224,16 +224,19 @@ def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, 
     return kw
 
 
-def cogvideox_rotary(frames: int, height: int, width: int, head_dim: int | None = None):
-    """The rotary table CogVideoX's pipeline passes in: (cos, sin), each `[F * h * w, D]`."""
+def cogvideox_rotary(frames: int, height: int, width: int, head_dim: int | None = None,
+                     base: tuple[int, int] | None = None, patch: int | None = None):
+    """The rotary table CogVideoX's pipeline passes in: (cos, sin), each `[F * h * w, D]`.
+    `height`, `width` in latent pixels; `base` is the model's sample size (latent pixels) and
+    `patch` its patch size (the tiny config's when not given)."""
     from diffusers.models.embeddings import get_3d_rotary_pos_embed
 
     cfg = ARCHS["cogvideox"].tiny
-    p = cfg["patch_size"]
+    p = patch or cfg["patch_size"]
     grid = (height // p, width // p)
     # The pipeline fits the grid inside the base grid (aspect kept) and centres it; its helper
     # lives in a module that imports transformers, so the few lines are here.
-    base_h, base_w = cfg["sample_height"] // p, cfg["sample_width"] // p
+    base_h, base_w = (b // p for b in (base or (cfg["sample_height"], cfg["sample_width"])))
     if grid[0] / grid[1] > base_h / base_w:
         rh, rw = base_h, int(round(base_h / grid[0] * grid[1]))
     else:

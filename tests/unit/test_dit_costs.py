@@ -38,3 +38,16 @@ def test_a_token_meets_the_blocks_it_passes_through():
     per_token = {k: v["matmul_flops_per_token"] / 2e9 for k, v in d.items()}
     assert 6.7 < per_token["hunyuanvideo-13b"] < 6.9
     assert abs(per_token["wan2.1-t2v-14b"] - (14.05 - 2 * 5120 ** 2 * 40 / 1e9)) < 0.05
+
+
+def test_cogvideox_tokens_meet_every_block_weight():
+    """CogVideoX joins text and video in one sequence with one set of block weights (its expert
+    AdaLN only modulates), so a token meets all of them: 4 h^2 for attention and 2 h F for the
+    MLP per layer, the sizes from the facts sheet."""
+    from cpcourse.planner.tokens import get_model
+
+    d = json.loads((ROOT / "cpcourse" / "data" / "dit_derived_costs.json").read_text())["models"]
+    for mid in ("cogvideox-2b", "cogvideox-5b"):
+        m = get_model(mid)
+        want = m.layers * (4 * m.hidden ** 2 + 2 * m.hidden * m.ffn)
+        assert abs(d[mid]["matmul_flops_per_token"] / 2 - want) < 0.01 * want, mid
