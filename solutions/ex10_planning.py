@@ -96,9 +96,10 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
     # | USP a block is n U tokens by hidden / (U T) channels: its bytes do not depend on U, its
     # | compute grows with U squared over U.
     # | hint2: Wan 2.1 1.3B (hidden 1,536, 30 layers) at 480p on 8 RTX 4090s as ring 8: n =
-    # | 4,095, a hop 2 x 4,095 x 1,536 x 2 B = 25.2 MB over PCIe at 25.95 GB/s = 0.970 ms, the
-    # | block's attention 4 x 4,095^2 x 1,536 FLOPs at 148.7 TFLOP/s = 0.693 ms: 0.277 ms
-    # | exposed per hop, x 7 hops x 30 layers = 58.1 ms per forward. HunyuanVideo as ring 2 x
+    # | 4,095 (an even split), a hop 2 x 4,095 x 1,536 x 2 B = 25.2 MB over the box's PCIe at
+    # | 5.0 GB/s (no peer-to-peer: the planner's `pcie4-host` link) = 5.03 ms, the block's
+    # | attention 4 x 4,095^2 x 1,536 FLOPs at 148.7 TFLOP/s = 0.693 ms: 4.34 ms exposed per
+    # | hop, x 7 hops x 30 layers = 911 ms per forward. HunyuanVideo as ring 2 x
     # | ulysses 4 on NVLink (360 GB/s): Ulysses 60 x 4 x 3/4 x 14,882 x 3,072 x 2 B / 360e9 =
     # | 45.7 ms; its ring hop (0.51 ms) hides behind 31.4 ms of attention.
     # | hint3: uly = layers * 4 * (u - 1) / u * n * hidden / t * 2 / (ulysses_gbps * 1e9); hop =
