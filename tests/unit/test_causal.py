@@ -107,3 +107,31 @@ def test_bad_input_names_what_to_change(call, words):
     with pytest.raises(InputError, match=words):
         call()
     causal.check_design("pass-q", 3, 2)  # the sequence-sharded designs take any head count
+
+
+def test_the_buggy_ring_is_right_contiguous_and_wrong_under_zigzag():
+    """Exercise 14.2's bug is real, and hides where a learner first looks: the colleague's ring
+    is exact when every rank holds a contiguous run, and drops a block under zigzag."""
+    from solutions.ex14_causal import ring_block_causal_buggy
+
+    layout = causal.chunk_of_frames(4, 1, 2)
+    q, k, v = (torch.randn(1, 1, 8, 4, generator=torch.Generator().manual_seed(i),
+                           dtype=torch.float64) for i in range(3))
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, k, v, attn_mask=causal.block_causal_mask(4, 1, 2))
+    errors = {}
+    for scheme in ("contiguous", "zigzag"):
+        assignment = causal.assign_chunks(4, 2, scheme)
+        outs, _ = ring_block_causal_buggy(q, k, v, layout, assignment)
+        errors[scheme] = max(float((out - want[:, :, causal.rank_tokens(layout, assignment, r)])
+                                   .abs().max()) for r, out in enumerate(outs))
+    assert errors["contiguous"] < 1e-12 and errors["zigzag"] > 1e-3, errors
+
+
+def test_run_causal_refuses_before_any_process_starts():
+    from cpcourse.runs.causal_cp import run_causal
+
+    with pytest.raises(InputError, match="longer than the clip"):
+        run_causal(2, frames=4, chunk=5)
+    with pytest.raises(InputError, match="heads"):
+        run_causal(2, heads=0)

@@ -1,0 +1,99 @@
+# Yours to edit. Generated from solutions/ex14_causal.py by tools/make_exercises.py
+# stub-sha256: 48d22c0f8a1d1b17 (how the generator tells your edits from its output)
+# ruff: noqa: F401, F841, E501
+"""Exercises of notebook 14, autoregressive video under CP: the zigzag assignment of chunks to
+ranks, and a bug hunt in a ring that skips the blocks a rank does not need.
+
+    python -m pytest tests/graded --ex 14.1 --impl exercises
+
+The library's versions are `cpcourse.causal.assign_chunks` and
+`cpcourse.causal.block_causal_attention_cp`. Check yours in the notebook with
+`cpcourse.check("14.1")`.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from cpcourse.attention import merge_attention
+from cpcourse.causal import rank_tokens
+
+
+def zigzag_assignment(n_chunks: int, world: int) -> list[list[int]]:
+    """The chunks (ascending ids) each of `world` ranks holds so that, under a block-causal
+    mask over `n_chunks` equal chunks (chunk i costs i + 1 units: it attends to itself and to
+    every earlier chunk), the ranks' work is as even as two contiguous runs per rank make it.
+
+    Cut 0 .. n_chunks - 1 into 2 * world contiguous runs as `torch.tensor_split` cuts (the
+    first n_chunks % (2 * world) runs one chunk longer). Which two runs each rank takes is for
+    you to work out: with n_chunks = 8 and world = 4 every rank must do 9 units.
+    1 <= world <= n_chunks. Example: (4, 2) -> [[0, 3], [1, 2]].
+    """
+    # Exercise 14.1: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 14.1 zigzag_assignment: read notebook 14, \"Who computes what\". "
+        "Hint: the runs near the start are cheap and the runs near the end are dear. "
+        "Which run would you give the rank that holds the cheapest one, so that its "
+        "total is the average? (2 more: cpcourse.hint(\"14.1\"))"
+    )
+
+
+def masked_attention_with_lse(q, k, v, mask):
+    """Attention of q `[B, H, Lq, D]` over k, v `[B, H, Lk, D]` where `mask [Lq, Lk]` (bool) is
+    True, with its lse `[B, H, Lq]`. A row that may see no key gets lse = -inf (its out is
+    ignored by `merge_attention`). Given: not part of the exercise."""
+    scores = (q @ k.transpose(-1, -2)) * q.shape[-1] ** -0.5
+    scores = scores.masked_fill(~mask, -torch.inf)
+    lse = torch.logsumexp(scores, dim=-1)
+    weights = torch.exp(scores - lse.unsqueeze(-1)).nan_to_num(0.0)
+    return weights @ v, lse
+
+
+def ring_block_causal_buggy(q, k, v, chunk_of_token, assignment):
+    """A ring for block-causal attention that skips the blocks a rank does not need, as a
+    colleague wrote it (do not copy it). The ranks are simulated in this process. Right when
+    every rank holds a contiguous run of chunks; wrong under zigzag.
+    """
+    world, outs, blocks = len(assignment), [], []
+    chunk = torch.as_tensor(chunk_of_token)
+    for r in range(world):
+        mine = rank_tokens(chunk, assignment, r)
+        out = torch.zeros_like(q[:, :, mine])
+        lse = torch.full(q.shape[:2] + (len(mine),), -torch.inf, dtype=q.dtype)
+        seen = []
+        for step in range(world):
+            src = (r - step) % world
+            # the block of src holds no key any of my queries may see: skip it, send nothing
+            if min(assignment[src]) > min(assignment[r]):
+                continue
+            theirs = rank_tokens(chunk, assignment, src)
+            mask = chunk[mine][:, None] >= chunk[theirs][None, :]
+            o, s = masked_attention_with_lse(q[:, :, mine], k[:, :, theirs], v[:, :, theirs],
+                                             mask)
+            out, lse = merge_attention(out, lse, o, s)
+            seen.append(src)
+        outs.append(out)
+        blocks.append(seen)
+    return outs, blocks
+
+
+def ring_block_causal(q, k, v, chunk_of_token, assignment):
+    """`ring_block_causal_buggy`, fixed. For each simulated rank r: the block-causal attention of
+    its queries, built as the ring builds it, one block per source rank in the order r, r - 1,
+    r - 2, ... (mod P), skipping every block that holds no key any query of rank r may see.
+
+    q, k, v: `[B, H, L, D]` for the whole clip (float64 in the tests); chunk_of_token: `[L]`
+    (long, non-decreasing: `cpcourse.causal.chunk_of_frames`); assignment: P lists of chunk
+    ids, every chunk in exactly one (any scheme of `cpcourse.causal.assign_chunks`).
+    A query of chunk i may see a key of chunk j when j <= i.
+    Returns (outs, blocks): outs[r] `[B, H, L_r, D]`, rank r's tokens in the order of
+    `cpcourse.causal.rank_tokens`, equal to one process's masked attention; blocks[r] the
+    source ranks whose block rank r computed, in ring order, and no others.
+    """
+    # Exercise 14.2: write your code here, then delete the raise.
+    raise NotImplementedError(
+        "Exercise 14.2 ring_block_causal: read notebook 14, \"Bug hunt: a block that "
+        "was needed\". Hint: run the buggy ring with P = 2 and 4 chunks under zigzag. "
+        "Which block does rank 0 skip, and does any query of rank 0 need a key from "
+        "it? (2 more: cpcourse.hint(\"14.2\"))"
+    )
