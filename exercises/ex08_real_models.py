@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
-# stub-sha256: dd804a1a43091216 (how the generator tells your edits from its output)
+# stub-sha256: 829da59cec13ce15 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
 
@@ -32,12 +32,11 @@ def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
     # Exercise 08.1: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 08.1 wan_rope_shard: read notebook 08, \"The rotary table of a "
-        "shard\". Hint: a token's channels are [frame part row part column part]; the "
-        "row and column parts do not care which rank holds the frame, only the frame "
-        "part does. Split each table into its three parts, take the frame part's rows "
-        "f0 .. f0 + nf - 1 (not 0 .. nf - 1), the first pph rows of the row part and "
-        "ppw of the column part, broadcast them over the (frame, row, column) grid "
-        "and concatenate along channels. (2 more: cpcourse.hint(\"08.1\"))"
+        "shard\". Hint: a token's channels are [frame part row part column part] (the "
+        "docstring). Which of the three parts changes when another rank holds the "
+        "token, and which frame number should that part use on a rank whose first "
+        "frame is f0? Section 3's table shows what the module gives a shard alone. (2 "
+        "more: cpcourse.hint(\"08.1\"))"
     )
 
 
@@ -76,12 +75,10 @@ def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
     # Exercise 08.3: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 08.3 joined_text_kv: read notebook 08, \"Joined text, counted once\". "
-        "Hint: picture the union of all ranks' blocks, which is what every query's "
-        "softmax runs over: the video keys appear once because each rank holds "
-        "different ones; the text is the same on every rank, so if each appended it, "
-        "the union would hold it `world` times and the text would get `world` times "
-        "its softmax weight. Let exactly one rank append it. (2 more: "
-        "cpcourse.hint(\"08.3\"))"
+        "Hint: every query's softmax runs over the union of all ranks' blocks. A "
+        "video key is in that union once, because each rank holds different ones; how "
+        "many times is a text key there if every rank appends the text, and how many "
+        "times should it be? (Section 6.) (2 more: cpcourse.hint(\"08.3\"))"
     )
 
 

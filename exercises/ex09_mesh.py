@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
-# stub-sha256: 14da83a5e8da9c2c (how the generator tells your edits from its output)
+# stub-sha256: 8c9b87a4137f3944 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
 
@@ -90,12 +90,10 @@ def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tenso
     # Exercise 09.3: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 09.3 tp_mlp: read notebook 09, \"A column-parallel and a "
-        "row-parallel layer\". Hint: the hidden features of an MLP are independent "
-        "until the second layer mixes them, and that layer is a sum over them: split "
-        "the sum. Each rank computes its slice of the hidden features (a slice of the "
-        "first layer's OUTPUT rows), multiplies it by the matching slice of the "
-        "second layer's INPUT columns, and one all-reduce adds the T partial sums. A "
-        "bias belongs to the sum, not to each partial. (2 more: "
+        "row-parallel layer\". Hint: where, in the MLP, is the first place that one "
+        "hidden feature's value depends on another's? Up to there a rank can work on "
+        "its own slice; what does the second layer then need from the other ranks, "
+        "and how often should its bias be added? (Section 7's demo cell.) (2 more: "
         "cpcourse.hint(\"09.3\"))"
     )
 

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex11_long_videos.py by tools/make_exercises.py
-# stub-sha256: 7b3eaab5e6202604 (how the generator tells your edits from its output)
+# stub-sha256: 5a817fa702f9a012 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 11, long videos: the window schedule, the blending weights, and a bug
 hunt in the blend of windows spread over ranks.
@@ -51,11 +51,10 @@ def frame_weights(frames: int, starts: list[int], window: int, blend: str) -> to
     # Exercise 11.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 11.2 frame_weights: read notebook 11, \"Blending the overlaps\". "
-        "Hint: build the raw table first: one row per window, the window's own "
-        "weights pasted at its start, zeros elsewhere. Then normalise per frame (per "
-        "column), not per window: a frame inside one window only gets weight 1 from "
-        "it, a frame in two windows splits 1 between them in proportion to their raw "
-        "weights. (2 more: cpcourse.hint(\"11.2\"))"
+        "Hint: the blended prediction of a frame is a weighted mean of the windows "
+        "that cover it. What must a frame's weights add up to, and what weight does a "
+        "frame covered by only one window get from it? (Section 2's stackplot of the "
+        "weights.) (2 more: cpcourse.hint(\"11.2\"))"
     )
 
 

@@ -27,11 +27,10 @@ def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
     (`rope(latents)`), without building that table.
     """
     # BEGIN SOLUTION 08.1 | notebook 08, "The rotary table of a shard"
-    # | hint: a token's channels are [frame part | row part | column part]; the row and column
-    # | parts do not care which rank holds the frame, only the frame part does. Split each table
-    # | into its three parts, take the frame part's rows f0 .. f0 + nf - 1 (not 0 .. nf - 1), the
-    # | first pph rows of the row part and ppw of the column part, broadcast them over the
-    # | (frame, row, column) grid and concatenate along channels.
+    # | hint: a token's channels are [frame part | row part | column part] (the docstring). Which
+    # | of the three parts changes when another rank holds the token, and which frame number
+    # | should that part use on a rank whose first frame is f0? Section 3's table shows what the
+    # | module gives a shard alone.
     # | hint2: frames 5 on 2 ranks: rank 1 holds frames 3 and 4, so f0 = 3 and its first token is
     # | row 3 * pph * ppw of the whole table. With pph = ppw = 4, token j of the shard is frame
     # | 3 + j // 16, row (j // 4) % 4, column j % 4. The notebook's bug cell shows the error when
@@ -103,10 +102,9 @@ def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
     Returns (k_block, v_block), each `[B, H, L_r + N or L_r, D]`.
     """
     # BEGIN SOLUTION 08.3 | notebook 08, "Joined text, counted once"
-    # | hint: picture the union of all ranks' blocks, which is what every query's softmax runs
-    # | over: the video keys appear once because each rank holds different ones; the text is the
-    # | same on every rank, so if each appended it, the union would hold it `world` times and the
-    # | text would get `world` times its softmax weight. Let exactly one rank append it.
+    # | hint: every query's softmax runs over the union of all ranks' blocks. A video key is in
+    # | that union once, because each rank holds different ones; how many times is a text key
+    # | there if every rank appends the text, and how many times should it be? (Section 6.)
     # | hint2: world 3, N = 7 text tokens: ranks 0 and 1 return their video keys unchanged, rank 2
     # | returns its video keys followed by the 7 text keys (dim 2). Over the 3 blocks the text
     # | appears 7 times, not 21.

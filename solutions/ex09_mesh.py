@@ -111,11 +111,10 @@ def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tenso
     Returns `[..., d]`, the same on every rank, equal to mlp(x) up to float rounding.
     """
     # BEGIN SOLUTION 09.3 | notebook 09, "A column-parallel and a row-parallel layer"
-    # | hint: the hidden features of an MLP are independent until the second layer mixes them,
-    # | and that layer is a sum over them: split the sum. Each rank computes its slice of the
-    # | hidden features (a slice of the first layer's OUTPUT rows), multiplies it by the matching
-    # | slice of the second layer's INPUT columns, and one all-reduce adds the T partial sums. A
-    # | bias belongs to the sum, not to each partial.
+    # | hint: where, in the MLP, is the first place that one hidden feature's value depends on
+    # | another's? Up to there a rank can work on its own slice; what does the second layer
+    # | then need from the other ranks, and how often should its bias be added? (Section 7's
+    # | demo cell.)
     # | hint2: d = 6, f = 20, T = 4: rank 2 keeps hidden features 10 .. 14: mlp[0].weight[10:15]
     # | ([5, 6]) and mlp[0].bias[10:15] give h [..., 5]; mlp[2].weight[:, 10:15] ([6, 5]) gives
     # | a partial [..., 6]; the all-reduce sums four such partials, then mlp[2].bias is added.

@@ -59,10 +59,9 @@ def frame_weights(frames: int, starts: list[int], window: int, blend: str) -> to
     Then every column (frame) is divided by its sum, so the weights of each frame add up to 1.
     """
     # BEGIN SOLUTION 11.2 | notebook 11, "Blending the overlaps"
-    # | hint: build the raw table first: one row per window, the window's own weights pasted at
-    # | its start, zeros elsewhere. Then normalise per frame (per column), not per window: a
-    # | frame inside one window only gets weight 1 from it, a frame in two windows splits 1
-    # | between them in proportion to their raw weights.
+    # | hint: the blended prediction of a frame is a weighted mean of the windows that cover it.
+    # | What must a frame's weights add up to, and what weight does a frame covered by only one
+    # | window get from it? (Section 2's stackplot of the weights.)
     # | hint2: frames 6, window 4, starts [0, 2], pyramid: raw rows [1, 2, 2, 1, 0, 0] and
     # | [0, 0, 1, 2, 2, 1]; column sums [1, 2, 3, 3, 2, 1]; frame 2 gets 2/3 from window 0 and
     # | 1/3 from window 1. With flat weights frame 2 gets 1/2 and 1/2.

@@ -215,7 +215,11 @@ def _validate_cmd(args):
         lines += [title + ":", f"{'table':28s} {'GPUs':>4}  {'published s':>11}  "
                   f"{'predicted s':>11}  ratio"]
         lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "
-                  f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}" for r in part["rows"]]
+                  f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}"
+                  + ("" if r["layout_sourced"] else
+                     f"  * layout not given: fastest {plan.Layout(**r['layout'])}, "
+                     f"{r['predicted_range_s'][0]:.1f}-{r['predicted_range_s'][1]:.1f} s")
+                  for r in part["rows"]]
         lines.append(f"median |predicted / published - 1| = {part['median_abs_rel_error']:.1%}, "
                      f"worst {part['worst_abs_rel_error']:.1%}")
         mem = [r for r in part["rows"] if r["memory_ratio"]]

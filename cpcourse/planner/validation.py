@@ -20,7 +20,7 @@ from cpcourse.planner.hardware import get_gpu
 from cpcourse.planner.plan import plan
 from cpcourse.planner.tokens import get_model
 from cpcourse.support.errors import positive_float, positive_int, require
-from cpcourse.support.layout import Layout
+from cpcourse.support.layout import Layout, layouts
 
 
 def amdahl_fit(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -55,22 +55,39 @@ def how_run(run: dict) -> dict:
             "source": None}
 
 
+def candidate_layouts(run: dict) -> list[Layout]:
+    """The layouts a published run may have used: its source's, or, where the source does not
+    give it (`layout` null), every Ulysses x ring layout of its GPU count that the model's heads
+    allow (the released scripts of these runs have no CFG-parallel or TP flag)."""
+    if run["layout"] is not None:
+        return [Layout(**run["layout"])]
+    heads = get_model(run["model"]).heads
+    return [lay for lay in layouts(run["gpus"], heads, cfg=False) if lay.tp == 1]
+
+
 def _predict(runs: list[dict]) -> dict:
     """Each run predicted as it was made (`how_run`) with its own layout, GPU and steps: rows
     with the ratio, the median and worst |ratio - 1|, per table the speedup from its fewest to
     its most GPUs beside the serial part its published times imply (`amdahl_fit`) and the one
     the model charges (its fixed costs); and, where a run's peak memory is published, the
-    predicted peak against it ("memory")."""
+    predicted peak against it ("memory"). A run whose source gives no layout is predicted with
+    the fastest of its `candidate_layouts` (a published speed is read as the best its authors
+    found); `layout_sourced` is then False and `predicted_range_s` spans them all."""
     rows = []
     for r in runs:
         how = how_run(r)
-        p = plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
-                 steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
-                 released=how["released"], offload=how["offload"],
-                 text_encoder_cpu=how["text_encoder_cpu"], layout=Layout(**r["layout"])).best
+        costed = [plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
+                       steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
+                       released=how["released"], offload=how["offload"],
+                       text_encoder_cpu=how["text_encoder_cpu"], layout=lay).best
+                  for lay in candidate_layouts(r)]
+        p = min(costed, key=lambda c: c["seconds_total"])
         peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
         rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
-                     "gpus": r["gpus"], "layout": r["layout"],
+                     "gpus": r["gpus"], "layout": p["layout"],
+                     "layout_sourced": r["layout"] is not None,
+                     "predicted_range_s": (p["seconds_total"],
+                                           max(c["seconds_total"] for c in costed)),
                      "published_s": r["seconds_total"], "predicted_s": p["seconds_total"],
                      "ratio": p["seconds_total"] / r["seconds_total"], "kernel": p["kernel"],
                      "fsdp": how["fsdp"], "how": how, "fixed_s": p["seconds_fixed"],
