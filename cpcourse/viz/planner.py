@@ -9,6 +9,13 @@ drawn is a number of `validate()`;
 each artist carries a gid ("published:TABLE:GPUS", "predicted:TABLE:GPUS") so a test reads them
 back.
 
+`video_parts_figure(alternatives)` is the planner's core picture: for each costed layout (a
+`cpcourse.planner.deployment.cost` dict, e.g. `plan(...)["alternatives"]`), one horizontal bar
+of the whole video's seconds split into what the planner adds up: linear layers, attention,
+element-wise work, exposed communication (all-to-alls, ring hops that did not hide, TP
+all-reduces, FSDP gathers, the CFG exchange) and the fixed costs (VAE decode, text encoder).
+Each bar segment carries a gid ("part:LAYOUT:NAME") so a test reads the seconds back.
+
 `amdahl_speedup` is Amdahl's law for a run whose time is a part that does not shrink with P
 plus a part that divides by P: what a serial term does to a speedup
 (`cpcourse.planner.validation.amdahl_fit` finds the two parts in a published table).
@@ -23,6 +30,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogLocator
 
 from cpcourse.planner.hardware import get_gpu
+from cpcourse.support.layout import Layout
 
 # xdit-project/xDiT docs/performance/stepvideo.md, "Nvidia H20 Cluster (8xNVLink)": latency and
 # memory usage per GPU count and parallel type (SP = ulysses_degree). The page states neither
@@ -41,6 +49,50 @@ STEP_VIDEO_XDIT_H20 = {
         {"gpus": 8, "layout": "ulysses=8", "latency_s": 30.10, "memory_MB": 79_684},
     ],
 }
+
+
+PARTS = {"linear": ("linear",), "attention": ("attention", "ring_merge"),
+         "element-wise": ("elementwise",),
+         "exposed communication": ("ulysses", "ring_exposed", "tp_allreduce", "fsdp_exposed")}
+
+
+def video_parts(c: dict) -> dict[str, float]:
+    """A `cost` dict's whole-video seconds by part (`PARTS`, plus "fixed"); they sum to
+    `seconds_total`."""
+    steps_s = c["seconds_total"] - c["seconds_fixed"]
+    per_step = c["seconds_per_step"]
+    steps = steps_s / per_step if per_step else 0.0
+    per_forward = c["breakdown"]["per_forward_seconds"]
+    out = {name: steps * c["forwards_per_step"] * sum(per_forward[k] for k in keys)
+           for name, keys in PARTS.items()}
+    out["exposed communication"] += steps * c["breakdown"]["cfg_exchange_seconds"]
+    out["fixed"] = c["seconds_fixed"]
+    return out
+
+
+def video_parts_figure(alternatives: list[dict], title: str = "") -> Figure:
+    """One stacked horizontal bar per layout: the whole video's seconds by part (`video_parts`),
+    fastest at the top, each bar labelled with its total."""
+    rows = sorted(alternatives, key=lambda c: c["seconds_total"])
+    labels = [str(Layout(**c["layout"])) for c in rows]
+    fig = Figure(figsize=(9, 0.45 * len(rows) + 1.4), layout="constrained")
+    ax = fig.subplots()
+    left = [0.0] * len(rows)
+    for i, name in enumerate([*PARTS, "fixed"]):
+        widths = [video_parts(c)[name] for c in rows]
+        bars = ax.barh(range(len(rows)), widths, left=left, color=f"C{i}", label=name)
+        for bar, label in zip(bars, labels, strict=True):
+            bar.set_gid(f"part:{label}:{name}")
+        left = [a + w for a, w in zip(left, widths, strict=True)]
+    for y, total in enumerate(left):
+        ax.annotate(f"{total:,.0f} s", (total, y), xytext=(3, -3), textcoords="offset points",
+                    fontsize=7)
+    ax.set_yticks(range(len(rows)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds for one video")
+    fig.legend(loc="outside lower center", ncols=len(PARTS) + 1, fontsize=7)
+    ax.set_title(title or "where one video's seconds go, layout by layout", fontsize=10)
+    return fig
 
 
 def amdahl_speedup(t1: float, serial: float, p: float) -> float:

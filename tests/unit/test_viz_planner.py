@@ -95,3 +95,18 @@ def test_step_video_quote_is_sourced_and_parses():
     for run in q["runs"]:
         lay = Layout.parse(run["layout"]) if run["layout"] else Layout()
         assert lay.world == run["gpus"] and run["latency_s"] > 0 and run["memory_MB"] > 0
+
+
+def test_video_parts_add_up_to_the_plan_and_are_drawn():
+    from cpcourse.planner.plan import plan
+    from cpcourse.support.layout import Layout
+
+    alts = plan("hunyuanvideo-13b", gpus=8, gpu="h100")["alternatives"][:5]
+    fig = vp.video_parts_figure(alts)
+    for c in alts:
+        parts = vp.video_parts(c)
+        assert sum(parts.values()) == pytest.approx(c["seconds_total"], rel=1e-9)
+        label = str(Layout(**c["layout"]))
+        drawn = {a.get_gid().rsplit(":", 1)[1]: a.get_width()
+                 for a in fig.axes[0].patches if a.get_gid().startswith(f"part:{label}:")}
+        assert drawn == pytest.approx(parts), label
