@@ -26,9 +26,20 @@ POINTS = ((5, 8), (9, 8), (5, 16), (9, 16))  # (T, W) latent, height 8
 CHECK = (13, 24)
 
 
-def record(cls_name: str, channels: int, t: int, w: int, h: int = 8) -> dict:
-    """Halo elements per boundary, exchanges and gathered elements of one meta decode."""
+def meta_record(cls_name: str, channels: int, t: int, w: int, h: int = 8) -> dict:
+    """`record` of the released VAE (default config) on latents [1, C, t, h, w], on meta."""
     import diffusers
+    import torch
+
+    with torch.device("meta"):
+        vae = getattr(diffusers, cls_name)().eval()
+        z = torch.empty(1, channels, t, h, w)
+    return record(vae, z)
+
+
+def record(vae, z) -> dict:
+    """Halo elements per boundary, exchanges and gathered elements of `vae` decoding latents
+    `z [B, C, T, H, W]` under the library's split, recorded instead of sent (no processes)."""
     import torch
 
     from cpcourse.models.vae import halo
@@ -45,15 +56,12 @@ def record(cls_name: str, channels: int, t: int, w: int, h: int = 8) -> dict:
             rows = x.new_zeros(*x.shape[:-2], pad, x.shape[-1])
             return torch.cat([rows, x, rows], dim=-2)
 
-    split = Recording(h)
+    split = Recording(z.shape[-2])
 
     def gather(x, sizes, dim, group=None, what=""):
         split.gathered += x.numel()
         return x
 
-    with torch.device("meta"):
-        vae = getattr(diffusers, cls_name)().eval()
-        z = torch.empty(1, channels, t, h, w)
     vae.use_framewise_decoding = False  # the whole video at once: a rank's rows replace tiles
     saved, halo.gather_uneven = halo.gather_uneven, gather
     try:
@@ -62,7 +70,7 @@ def record(cls_name: str, channels: int, t: int, w: int, h: int = 8) -> dict:
     finally:
         halo.gather_uneven = saved
     return {"halo": split.halo_bytes, "exchanges": split.exchanges,
-            "gathered_per_pixel": split.gathered / (h * w)}
+            "gathered_per_pixel": split.gathered / (z.shape[-2] * z.shape[-1])}
 
 
 def derive(family: str) -> dict:
@@ -70,11 +78,11 @@ def derive(family: str) -> dict:
     import numpy as np
 
     cls_name, channels = FAMILIES[family]
-    got = [record(cls_name, channels, t, w) for t, w in POINTS]
+    got = [meta_record(cls_name, channels, t, w) for t, w in POINTS]
     halo = np.linalg.solve([[1, t, w, t * w] for t, w in POINTS], [g["halo"] for g in got])
     ex = np.polyfit([t for t, _ in POINTS[:2]], [g["exchanges"] for g in got[:2]], 1)
     gat = np.polyfit([t for t, _ in POINTS[:2]], [g["gathered_per_pixel"] for g in got[:2]], 1)
-    check = record(cls_name, channels, *CHECK)
+    check = meta_record(cls_name, channels, *CHECK)
     t, w = CHECK
     assert abs(halo @ [1, t, w, t * w] - check["halo"]) < 1e-6 * check["halo"], family
     assert abs(np.polyval(gat, t) - check["gathered_per_pixel"]) < 1e-6 * check[

@@ -67,9 +67,9 @@ def test_halo_line_matches_the_library_split_recorded_again():
     """The table's line at a point it was not fitted on, against the library's own split run
     afresh on the meta device (tools/derive_vae_halo.py)."""
     sys.path.insert(0, str(TOOLS))
-    from derive_vae_halo import record
+    from derive_vae_halo import meta_record
 
-    got = record("AutoencoderKLWan", 16, 3, 10)
+    got = meta_record("AutoencoderKLWan", 16, 3, 10)
     tok = type("Tok", (), {"latent_frames": 3, "latent_width": 10})
     assert halo_per_boundary(WAN, tok) == got["halo"]
 
