@@ -75,6 +75,9 @@ def throughput(model_id: str, height: int | None = None, width: int | None = Non
     not single GPUs), options, reasoning."""
     require("layout" not in kw, "layout: throughput compares layouts itself; cost one layout "
             "with objective latency")
+    # replicas share out the N GPUs; an encoder on a GPU of its own would be outside them
+    require(kw.get("text_encoder") != "own-gpu", "text_encoder own-gpu: throughput splits the "
+            "GPUs into replicas and counts no GPU outside them; use resident, freed or cpu")
     if max_seconds is not None:
         max_seconds = positive_float("max_seconds", max_seconds)
     probe = plan(model_id, height, width, frames, gpus, gpu, nodes, **kw)  # checks every input

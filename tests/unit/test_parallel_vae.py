@@ -144,6 +144,7 @@ def test_cli_prints_the_choice_and_its_json_keys(capsys):
     ["--gpus", "8", "--text-encoder", "freed", "--text-encoder-cpu"],
     ["--gpus", "8", "--text-encoder", "gpu"],
     ["--validate", "--parallel-vae"],
+    ["--gpus", "8", "--objective", "throughput", "--text-encoder", "own-gpu"],
 ])
 def test_refusals_exit_2_with_one_line(capsys, argv):
     code = main(["plan", "--model", WAN, *argv])
