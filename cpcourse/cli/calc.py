@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 
 from cpcourse.planner import costs, plan, throughput, tokens, validation
+from cpcourse.planner.text_encoder import PLACES
 from cpcourse.support.errors import InputError
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 
@@ -89,7 +90,13 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="text encoder on the GPU only to encode, transformer off it before the "
                         "decode (Wan's --offload_model)")
     p.add_argument("--text-encoder-cpu", action="store_true",
-                   help="run the text encoder on the CPU (Wan's --t5_cpu)")
+                   help="run the text encoder on the CPU (Wan's --t5_cpu; as --text-encoder cpu)")
+    p.add_argument("--text-encoder", choices=PLACES,
+                   help="where the text encoder lives: resident (on every GPU throughout, the "
+                        "default), freed (after encoding), cpu, own-gpu (a GPU of its own)")
+    p.add_argument("--parallel-vae", action="store_true",
+                   help="split the VAE decode over the GPUs by height, with halo rows "
+                        "(default: it runs whole on one GPU)")
     p.add_argument("--validate", action="store_true",
                    help="predict every published run in the facts and report the errors")
     p.add_argument("--objective", choices=("latency", "throughput"), default="latency",
@@ -245,7 +252,8 @@ PLAN_FLAGS = {"validate": ALWAYS, "json": ALWAYS, "layout": "latency",
               "max_seconds": "throughput", **{
     dest: "one_plan" for dest in ("model", "height", "width", "frames", "gpus", "gpu", "nodes",
                                   "steps", "kernel", "fsdp", "released", "offload",
-                                  "text_encoder_cpu", "objective")}}
+                                  "text_encoder_cpu", "text_encoder", "parallel_vae",
+                                  "objective")}}
 
 
 def plan_conditions(args) -> dict[str, tuple[bool, str]]:
@@ -267,12 +275,15 @@ def _plan_cmd(args):
         return _validate_cmd(args)
     if args.model is None or args.gpus is None:
         raise InputError("plan needs --model ID and --gpus N (or --validate)")
+    if args.parallel_vae and args.gpus == 1:
+        raise InputError("--parallel-vae has no effect with --gpus 1: one GPU decodes whole")
     if args.objective == "throughput":
         return _throughput_cmd(args)
     d = plan.plan(args.model, args.height, args.width, args.frames, args.gpus, args.gpu,
                   args.nodes, steps=args.steps, kernel=args.kernel, layout=args.layout,
                   fsdp=args.fsdp, released=args.released, offload=args.offload,
-                  text_encoder_cpu=args.text_encoder_cpu).as_dict()
+                  text_encoder_cpu=args.text_encoder_cpu, text_encoder=args.text_encoder,
+                  parallel_vae=args.parallel_vae).as_dict()
     d["objective"] = "latency"
     if not d["valid"]:
         return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
@@ -293,7 +304,8 @@ def _throughput_cmd(args):
                               args.gpu, args.nodes, max_seconds=args.max_seconds,
                               steps=args.steps, kernel=args.kernel, fsdp=args.fsdp,
                               released=args.released, offload=args.offload,
-                              text_encoder_cpu=args.text_encoder_cpu)
+                              text_encoder_cpu=args.text_encoder_cpu,
+                              text_encoder=args.text_encoder, parallel_vae=args.parallel_vae)
     text = (f"{d['model']} on {d['gpus']} x {d['gpu']}, for throughput:\n"
             + "\n".join(f"  - {r}" for r in d["reasoning"]))
     d["track_record"] = validation.track_record(d["model"], d["gpu"])

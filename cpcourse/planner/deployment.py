@@ -35,7 +35,9 @@ intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node
 Fixed costs, once per video and on one GPU (`cpcourse.planner.fixed_costs`): the VAE decode, FLOPs
 counted from diffusers' own VAE class (tools/derive_vae_flops.py) at the share of peak that
 published decode times show (10-16%, not the matmul rate); the text encoder's 2 P_text tokens
-FLOPs per prompt. They are serial: no published run's code divides them over its GPUs.
+FLOPs per prompt, priced where the encoder lives (`cpcourse.planner.text_encoder`). They are
+serial: no published run's code divides them over its GPUs; `parallel_vae` splits the decode
+over the layout's GPUs (`cpcourse.planner.parallel_vae`), leaving its link time serial.
 Memory per GPU: weights (all experts of an MoE resident) / T, or / W plus one gathered layer
 under FSDP; the residual stream n x hidden (TP does not divide it), the per-head tensors
 n x (3 hidden + ffn) / T, the ring's two K/V buffers, the all-to-all's buffers; and the rest of
@@ -46,11 +48,11 @@ decode's working set. `per_gpu_bytes` is the largest phase on the busiest GPU.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from cpcourse.planner.facts import dit_derived_costs, facts
-from cpcourse.planner.fixed_costs import fixed_seconds
-from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
+from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
@@ -83,11 +85,6 @@ def tp_allreduce_bytes(n: int, hidden: int, tp: int) -> float:
     """Bytes one GPU sends in one TP all-reduce of its [n, hidden] bf16 hidden state, as a ring
     all-reduce does it: 2 (tp - 1) / tp of the tensor."""
     return 2 * (tp - 1) / tp * n * hidden * BYTES
-
-
-def _link_for(span: int, gpus_per_node: int, gpu):
-    """The link a group of `span` consecutive ranks crosses."""
-    return get_link(gpu.intra_link if span <= gpus_per_node else gpu.nic)
 
 
 def _tokens_per_rank(tok, layout: Layout) -> int:
@@ -171,10 +168,10 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     c, r, u, t, world = layout.cfg, layout.ring, layout.ulysses, layout.tp, layout.world
     n = _tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
-    uly_link = _link_for(u * t, gpus_per_node, gpu)
-    ring_link = _link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
-    tp_link = _link_for(t, gpus_per_node, gpu)
-    world_link = _link_for(world, gpus_per_node, gpu)
+    uly_link = link_for(u * t, gpus_per_node, gpu)
+    ring_link = link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
+    tp_link = link_for(t, gpus_per_node, gpu)
+    world_link = link_for(world, gpus_per_node, gpu)
     uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
     ring_s = 0.0
     if r > 1:
@@ -217,6 +214,7 @@ class Memory:
     phase_parts: dict
     counted: dict
     released_dtypes: str | None
+    pipeline: dict = field(default_factory=dict)  # pipeline_memory.phases' whole answer
 
     @property
     def per_gpu(self) -> float:
@@ -234,7 +232,7 @@ class Memory:
 
 
 def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
-                 residency: Residency) -> Memory:
+                 residency: Residency, vae_ranks: int = 1) -> Memory:
     """Bytes per GPU, part by part and phase by phase (see the module docstring)."""
     r, u, t, world = layout.ring, layout.ulysses, layout.tp, layout.world
     n = _tokens_per_rank(tok, layout)
@@ -249,25 +247,28 @@ def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
     pipe = phases(model, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
-                  shards=world if sharded else 1, released=released, residency=residency)
+                  shards=world if sharded else 1, released=released, residency=residency,
+                  vae_ranks=vae_ranks)
     return Memory(weights=int(weights_gpu), activations=int(acts), ring_buffers=int(ring_buf),
                   all_to_all_buffers=int(a2a_buf), text_encoder=pipe["text_encoder"],
                   vae=pipe["vae"], vae_decode=pipe["vae_decode"], phases=pipe["phases"],
                   phase_parts=pipe["parts"], counted=pipe["counted"],
-                  released_dtypes=dtype_source)
+                  released_dtypes=dtype_source, pipeline=pipe)
 
 
 def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
          kernel: str | None = None, fsdp: bool = False, steps: int = 50, released: bool = False,
-         residency: Residency = RESIDENT) -> dict:
+         residency: Residency = RESIDENT, parallel_vae: bool = False) -> dict:
     """Seconds and bytes of `layout` for `tok` (a `cpcourse.planner.tokens.TokenCount`): its
     compute, communication and memory (see above), composed. `kernel`: the GPU's default
-    (`cpcourse.planner.hardware.default_kernel`) unless given."""
+    (`cpcourse.planner.hardware.default_kernel`) unless given; `parallel_vae`: the decode split
+    over the layout's GPUs (`cpcourse.planner.parallel_vae`)."""
     model, gpu = as_preset(model), get_gpu(gpu_id)
     kernel = kernel or gpu.kernel
     comp = compute_seconds(model, tok, gpu, layout, kernel)
     comm = comm_seconds(model, tok, gpu, layout, gpus_per_node, comp, fsdp)
-    mem = memory_bytes(model, tok, layout, fsdp, released, residency)
+    vae_ranks = layout.world if parallel_vae else 1
+    mem = memory_bytes(model, tok, layout, fsdp, released, residency, vae_ranks)
     forwards = model.cfg_forwards // layout.cfg
     per_forward = {"linear": comp.linear, "attention": comp.attention,
                    "ring_merge": comp.ring_merge, "ulysses": comm.ulysses,
@@ -275,7 +276,10 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
                    "fsdp_exposed": comm.fsdp_exposed, "elementwise": comp.elementwise}
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
     prompts = 2 if model.cfg_forwards == 2 else 1
-    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts)
+    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts,
+                         text_encoder=residency.place, vae_ranks=vae_ranks,
+                         text_encoder_bytes=mem.pipeline["text_encoder_weights"],
+                         gpus_per_node=gpus_per_node, vae_elem_bytes=mem.pipeline["vae_elem_bytes"])
     fixed = once["seconds"]
     return {
         "layout": layout.as_dict(), "tokens_per_rank": _tokens_per_rank(tok, layout),
@@ -284,12 +288,15 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
         "forwards_per_step": forwards, "seconds_per_step": step_s,
         "seconds_fixed": sum(fixed.values()), "seconds_total": steps * step_s + sum(fixed.values()),
         "per_gpu_bytes": int(mem.per_gpu), "fits": mem.per_gpu <= gpu.hbm_bytes,
+        **once_keys(once, mem.phase_parts, mem.pipeline, layout.world,
+                    steps * step_s + sum(fixed.values())),
         "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": comm.cfg_exchange,
                       "fixed_seconds": fixed, "memory_bytes": mem.parts(),
                       "memory_phases": mem.phases, "memory_phase_parts": mem.phase_parts,
                       "memory_counted": mem.counted, "released_dtypes": mem.released_dtypes,
                       "residency": {"offload": residency.offload,
-                                    "text_encoder_cpu": residency.text_encoder_cpu},
+                                    "text_encoder_cpu": residency.text_encoder_cpu,
+                                    "text_encoder": residency.place},
                       "tp_all_reduces_per_forward": comm.tp_all_reduces_per_forward,
                       "linear_derived": comp.derived, "elementwise_counted": comp.derived,
                       "vae_counted": once["vae_flops"] is not None,

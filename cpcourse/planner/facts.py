@@ -9,6 +9,7 @@
     vae_decode_flops.json           FLOPs per latent pixel of each decoder (tools/derive_vae_flops)
     vae_decode_measured.json        measured VAE decode times, for the decode's share of peak
     vae_decode_memory.json          the decoders' working memory (tools/derive_vae_memory)
+    vae_decode_halo.json            what a decode split by height sends (tools/derive_vae_halo)
     dit_derived_costs.json          each DiT's matmul FLOPs and element-wise bytes per token
                                     (tools/derive_dit_costs)
     gpu_measured_*.json             what `cpcourse bench gpu` measured on a GPU, with provenance
@@ -79,6 +80,13 @@ def vae_measurements() -> list[dict]:
 def vae_memory_table() -> dict:
     """Each VAE family's decoder: parameters and working memory."""
     return read("vae_decode_memory.json")["families"]
+
+
+@lru_cache(maxsize=1)
+def vae_halo_table() -> dict:
+    """Each splittable VAE family's decoder: halo elements per boundary, exchanges and the
+    mid-block's gathered elements, as lines in the latent's frames and width."""
+    return read("vae_decode_halo.json")["families"]
 
 
 @lru_cache(maxsize=1)

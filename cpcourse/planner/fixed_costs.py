@@ -24,7 +24,9 @@ The median of a handful of decodes on other software (sglang) is the weakest num
 planner; the source is returned with it.
 
 Text encoder: 2 x parameters FLOPs per token, per prompt (two prompts with a CFG pair), at the
-matmul rate; milliseconds, kept for completeness.
+matmul rate (milliseconds), or as its place prices it (`cpcourse.planner.text_encoder`: a
+reload when freed, the CPU's rate on the CPU). With `vae_ranks` > 1 the decode is split
+(`cpcourse.planner.parallel_vae`) and only its link time stays serial.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ import statistics
 
 from cpcourse.planner.facts import vae_flops_table, vae_measurements
 from cpcourse.planner.hardware import get_gpu
+from cpcourse.planner.parallel_vae import parallel_decode
+from cpcourse.planner.text_encoder import encode_cost, encode_flops
 from cpcourse.planner.tokens import ModelPreset, as_preset, model_tokens
 
 
@@ -87,18 +91,45 @@ def vae_share(model: ModelPreset | str, gpu_id: str) -> tuple[float, str]:
 
 
 def fixed_seconds(model: ModelPreset | str, tok, gpu_id: str, matmul_rate: float,
-                  prompts: int) -> dict:
-    """Seconds once per video ({'vae_decode', 'text_encoder'}) and where the VAE rate is from."""
+                  prompts: int, *, text_encoder: str = "resident", text_encoder_bytes: float = 0.0,
+                  vae_ranks: int = 1, gpus_per_node: int = 8, vae_elem_bytes: int = 2) -> dict:
+    """Seconds once per video ({'vae_decode', 'text_encoder'}), where the VAE rate is from, and
+    `serial_seconds`, the part that no number of GPUs shortens (Amdahl's s): the encoder, and the
+    decode whole or, split over `vae_ranks` GPUs (`cpcourse.planner.parallel_vae`), its link
+    time. `text_encoder` is its place (`cpcourse.planner.text_encoder`), `text_encoder_bytes`
+    its weights on one GPU (what a freed encoder reloads)."""
     g = get_gpu(gpu_id)
     model = as_preset(model)
     vae = vae_decode_flops(model, tok.latent_frames, tok.latent_height * tok.latent_width)
     share, source = vae_share(model, g.id) if vae is not None else (None, None)
+    serial_vae = vae / (g.bf16_tflops * 1e12 * share) if vae else 0.0
+    split = (parallel_decode(model, tok, g.id, vae_ranks, gpus_per_node, serial_vae,
+                             vae_elem_bytes) if vae_ranks > 1 else None)
     enc = model.text_encoder
-    seconds = {"vae_decode": vae / (g.bf16_tflops * 1e12 * share) if vae else 0.0,
-               "text_encoder": (2 * enc[0] * tok.text_tokens * prompts / matmul_rate)
-               if enc else 0.0}
+    flops = encode_flops(enc[0], tok.text_tokens, prompts) if enc else 0.0
+    te = encode_cost(text_encoder, flops, matmul_rate, text_encoder_bytes, g)
+    seconds = {"vae_decode": split["seconds"] if split else serial_vae,
+               "text_encoder": te["seconds"]}
     return {"seconds": seconds, "vae_flops": vae, "vae_share": share, "vae_source": source,
-            "text_encoder": enc[1] if enc else None}
+            "text_encoder": enc[1] if enc else None, "text_encoder_cost": te,
+            "vae_serial_seconds": serial_vae, "parallel_vae": split,
+            "serial_seconds": te["seconds"] + (split["link_seconds"] if split else serial_vae)}
+
+
+def once_keys(once: dict, phase_parts: dict, pipeline: dict, gpus: int, total: float) -> dict:
+    """A plan's keys for the decode and the text encoder, from `fixed_seconds`' answer `once`
+    and `cpcourse.planner.pipeline_memory.phases`' (`pipeline`, its `phase_parts`): where each
+    ran, seconds and bytes per GPU, the serial seconds (Amdahl's s) and the GPU-seconds a video
+    of `total` seconds costs on `gpus` GPUs (an own-GPU encoder's included)."""
+    split, te = once["parallel_vae"], once["text_encoder_cost"]
+    enc = {**te, "bytes_per_gpu": phase_parts["encode"].get("text_encoder", 0),
+           "bytes_through_denoise": phase_parts["denoise"].get("text_encoder", 0),
+           "weights_bytes": pipeline["text_encoder_weights"]}
+    return {"vae_decode_seconds": once["seconds"]["vae_decode"], "vae_parallel": bool(split),
+            "vae_halo_bytes": split["halo_bytes"] if split else 0,
+            "vae_decode_working_bytes": pipeline["vae_decode"], "vae_decode": split,
+            "text_encoder": enc, "serial_seconds": once["serial_seconds"],
+            "gpu_seconds": (gpus + te["extra_gpus"]) * total}
 
 
 # HunyuanVideo's own VAE (hyvideo/vae/autoencoder_kl_causal_3d.py) decodes in tiles: 32 latent

@@ -247,6 +247,12 @@ def get_link(link_id: str) -> Link:
     return table[key]
 
 
+def link_for(span: int, gpus_per_node: int, gpu: GPU) -> Link:
+    """The link a group of `span` consecutive ranks crosses: the GPU's own inside a node, its
+    InfiniBand NIC across nodes."""
+    return get_link(gpu.intra_link if span <= gpus_per_node else gpu.nic)
+
+
 def copy_efficiency() -> tuple[float, str]:
     """(share of HBM bandwidth, source) that memory-bound work reaches: a device-to-device copy
     as `cpcourse bench gpu` measured it (read plus write bytes over the datasheet's bandwidth).

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_efficiency
+from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
@@ -49,13 +50,14 @@ def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
 
 def cost_layout(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
                 kernel: str, fsdp: bool, steps: int, released: bool = False,
-                residency: Residency = RESIDENT) -> dict:
+                residency: Residency = RESIDENT, parallel_vae: bool = False) -> dict:
     """One layout: valid, reason, and (when valid) its costs."""
     reason = validity(model, tok, layout)
     out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
     if reason is None:
         out.update(cost(model, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
-                        released=released, residency=residency, steps=steps))
+                        released=released, residency=residency, steps=steps,
+                        parallel_vae=parallel_vae))
     return out
 
 
@@ -123,11 +125,14 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
          fsdp: bool = False, released: bool = False, offload: bool = False,
-         text_encoder_cpu: bool = False) -> Plan:
+         text_encoder_cpu: bool = False, text_encoder: str | None = None,
+         parallel_vae: bool = False) -> Plan:
     """The best layout (or `layout`, costed) for `model_id` on `gpus` GPUs over `nodes` nodes
     (`cpcourse.planner.validation.track_record` says how far off such answers were). `released`,
-    `offload` and `text_encoder_cpu` say how the pipeline holds its memory
-    (`cpcourse.planner.pipeline_memory`)."""
+    `offload`, `text_encoder_cpu` and `text_encoder` (its place: resident, freed, cpu, own-gpu;
+    None: as the other two imply) say how the pipeline holds its memory
+    (`cpcourse.planner.pipeline_memory`); `parallel_vae` splits the decode over the GPUs
+    (`cpcourse.planner.parallel_vae`)."""
     m = get_model(model_id)
     require(not released or m.released_dtypes is not None, f"released: no released dtypes "
             f"are recorded for {m.id}, so the plan would be the bf16 one: drop released")
@@ -150,7 +155,10 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
             "kernel": kernel, "tokens": tok, "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp),
             "released": bool(released)}
-    how = {"released": released, "residency": Residency(offload, text_encoder_cpu)}
+    how = {"released": released, "parallel_vae": bool(parallel_vae),
+           "residency": Residency(offload, text_encoder_cpu, text_encoder)}
+    if parallel_vae:
+        check_splittable(m)
     if layout is not None:
         require(isinstance(layout, str | Layout), f"layout must be a Layout or a string like "
                 f"'ring=2,ulysses=4', got {layout!r}")
@@ -160,7 +168,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                              "degrees must multiply to the GPU count")
         one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
-                                                     _memory_line(one, g)]
+                                                     _memory_line(one, g), *_once_lines(one)]
         return Plan(**head, best=one, reasoning=why)
     every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
              for lay in layouts(gpus, None, cfg=m.cfg_forwards == 2)]
@@ -216,4 +224,27 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
                    top.split("_")[0]) else "") + ".")
     out.append(_memory_line(best, g)
                + (" Nothing fits: add GPUs, TP or FSDP, or offload." if none_fit else ""))
-    return out
+    return out + _once_lines(best)
+
+
+def _once_lines(c: dict) -> list[str]:
+    """Where the decode and the text encoder ran, and what each cost."""
+    te, split = c["text_encoder"], c["vae_decode"]
+    where = {"resident": "resident on every GPU through denoise and decode",
+             "freed": "freed after encoding (reloaded for every video)",
+             "cpu": "on the CPU", "own-gpu": "on a GPU of its own (+1 GPU)"}[te["place"]]
+    lines = [f"Text encoder {where}: {te['bytes_per_gpu'] / 1e9:.1f} GB per GPU while encoding, "
+             f"{te['bytes_through_denoise'] / 1e9:.1f} GB through the denoise; "
+             f"{te['seconds']:.3g} s per video ({te['source']})."]
+    if split:
+        lines.append(f"VAE decode split over {split['ranks']} GPUs: {c['vae_decode_seconds']:.3g}"
+                     f" s ({split['compute_seconds']:.3g} s of decode, {split['link_seconds']:.3g}"
+                     f" s on {split['link']} for {split['halo_bytes'] / 1e9:.2f} GB of halo "
+                     f"rows and {(split['gather_bytes'] + split['pixel_bytes']) / 1e9:.2f} GB "
+                     f"gathered), working set {c['vae_decode_working_bytes'] / 1e9:.1f} GB per "
+                     "GPU.")
+    else:
+        lines.append(f"VAE decode whole on one GPU: {c['vae_decode_seconds']:.3g} s, working set "
+                     f"{c['vae_decode_working_bytes'] / 1e9:.1f} GB.")
+    lines.append(f"Serial part (no GPU count shortens it): {c['serial_seconds']:.3g} s.")
+    return lines

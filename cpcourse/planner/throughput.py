@@ -68,12 +68,16 @@ def throughput(model_id: str, height: int | None = None, width: int | None = Non
                max_seconds: float | None = None, **kw) -> dict:
     """The N = `gpus` GPUs as replicas of every possible size (`group_sizes`), each costed by
     `plan` (keyword arguments as `plan`'s: steps, kernel, fsdp, released, offload,
-    text_encoder_cpu) and priced by `rates`; the one with the most videos an hour that fits
-    (and meets `max_seconds`, when given) wins. Keys: objective, the winner's `rates` and layout,
-    fits, meets_target, `cp` (all N GPUs on one video), advantage_over_cp (videos an hour, as a
-    ratio), cp_because (why the winner is a CP group, not single GPUs), options, reasoning."""
+    text_encoder_cpu, text_encoder, parallel_vae) and priced by `rates`; the one with the most
+    videos an hour that fits (and meets `max_seconds`, when given) wins. Keys: objective, the
+    winner's `rates` and layout, fits, meets_target, `cp` (all N GPUs on one video),
+    advantage_over_cp (videos an hour, as a ratio), cp_because (why the winner is a CP group,
+    not single GPUs), options, reasoning."""
     require("layout" not in kw, "layout: throughput compares layouts itself; cost one layout "
             "with objective latency")
+    # replicas share out the N GPUs; an encoder on a GPU of its own would be outside them
+    require(kw.get("text_encoder") != "own-gpu", "text_encoder own-gpu: throughput splits the "
+            "GPUs into replicas and counts no GPU outside them; use resident, freed or cpu")
     if max_seconds is not None:
         max_seconds = positive_float("max_seconds", max_seconds)
     probe = plan(model_id, height, width, frames, gpus, gpu, nodes, **kw)  # checks every input

@@ -11,6 +11,8 @@ so a failure names the case. One more 2-rank launch runs the command itself with
 """
 
 import random
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -87,6 +89,25 @@ def test_each_rank_keeps_its_rows_and_only_a_split_sends_halos(rows):
     for row in rows:
         assert row["rows_ok"], row
         assert (row["halo_bytes"] > 0) == (row["case"][5] > 1), row
+
+
+def test_the_planners_halo_recording_is_what_rank_0_sent(rows):
+    """tools/derive_vae_halo.py records the halo the planner prices by running the library's
+    split without processes; rank 0 (one neighbour) sent exactly that, in float32 bytes."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from derive_vae_halo import record
+
+    from cpcourse.models.vae import build_vae, example_latents
+
+    first = {}  # each VAE's first split case
+    for row in rows:
+        if row["case"][5] > 1:
+            first.setdefault(row["case"][0], row)
+    assert len(first) == 2
+    for row in first.values():
+        arch, frames, height, width = row["case"][:4]
+        z = example_latents(arch, frames, height, width, seed=1)
+        assert row["halo_bytes"] == record(build_vae(arch, seed=1), z)["halo"] * 4, row
 
 
 def test_groupnorm_without_the_all_reduce_is_caught(rows):

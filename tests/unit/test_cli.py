@@ -67,7 +67,8 @@ def test_model_fills_dimensions(capsys):
 
     assert d["per_gpu_bytes"] == plan("wan2.1-t2v-1.3b", gpus=1, gpu="rtx4090", released=True,
                                       offload=True, text_encoder_cpu=True)["per_gpu_bytes"]
-    assert d["breakdown"]["residency"] == {"offload": True, "text_encoder_cpu": True}
+    assert d["breakdown"]["residency"] == {"offload": True, "text_encoder_cpu": True,
+                                          "text_encoder": "cpu"}
 
 
 @pytest.mark.parametrize("argv, words", [

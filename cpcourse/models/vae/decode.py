@@ -20,6 +20,7 @@ from cpcourse.models.vae.build import SPATIAL
 from cpcourse.models.vae.halo import HeightSplit, patched
 from cpcourse.support.errors import require
 from cpcourse.support.groups import forward_only, gather_uneven, require_group
+from cpcourse.support.height_split import peak_share
 from cpcourse.support.shards import shard_sizes
 
 
@@ -64,7 +65,5 @@ def decode_cp(vae, latents: torch.Tensor, group=None, gather: bool = True,
 def predicted_peak_per_rank(peak_single: int, sizes: list[int]) -> int:
     """One process's peak scaled to the busiest rank's rows plus its two halo rows.
 
-    The peak sits at full resolution, where a rank holds 8 n rows of activations and a halo
-    row on each side while a convolution runs: about peak_single * (8 n_max + 2) / (8 H_lat)."""
-    height = sum(sizes)
-    return int(peak_single * (SPATIAL * max(sizes) + 2) / (SPATIAL * height))
+    About (8 n_max + 2) / (8 H_lat) of it (`cpcourse.support.height_split.peak_share`)."""
+    return int(peak_single * peak_share(sizes))

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from cpcourse.support.groups import gather_uneven, global_rank, tracked
+from cpcourse.support.height_split import halo_bytes
 
 
 class HeightSplit:
@@ -75,7 +76,8 @@ class HeightSplit:
             with tracked("batch_isend_irecv (VAE halo rows)", group=self.group):
                 for req in dist.batch_isend_irecv(ops):
                     req.wait()
-            self.halo_bytes += top.nbytes * (len(ops) // 2)
+            self.halo_bytes += halo_bytes(x.shape, pad, x.element_size(), self.rank,
+                                          self.world)
         if self.rank == 0:
             above = _edge(x[..., :1, :], pad, edge)
         if self.rank == self.world - 1:
