@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = {p.name[:2]: p for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.md")}
-# "notebook 06", "notebooks 03 and 04", "notebooks 03 to 05", "Notebook 05's"
-MENTION = re.compile(r"\b[Nn]otebooks? (\d\d)(?:(?: and| to|,) (\d\d))?")
+# keyed by number, an appendix's letter included: "10", "10a"
+NOTEBOOKS = {p.name.split("_")[0]: p for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.md")}
+# "notebook 06", "notebooks 03 and 04", "notebooks 03 to 05", "Notebook 05's", "notebook 10a"
+MENTION = re.compile(r"\b[Nn]otebooks? (\d\d[a-z]?)(?:(?: and| to|,) (\d\d[a-z]?))?")
 MARKER = re.compile(r'BEGIN SOLUTION (\d\d\.\d) \| notebook (\d\d), "([^"]+)"')
 
 
@@ -49,6 +50,7 @@ def test_every_exercise_names_a_real_section():
 
 def test_the_checks_catch_a_bad_reference(tmp_path):
     assert MENTION.findall("as notebooks 03 and 09 show") == [("03", "09")]
+    assert MENTION.findall("the appendix, notebook 10a,") == [("10a", "")]
     assert MARKER.findall('# BEGIN SOLUTION 01.1 | notebook 01, "Nope" | hint: x') == [
         ("01.1", "01", "Nope")]
     assert not any("nope" in h for h in _headings(NOTEBOOKS["01"]))
