@@ -22,7 +22,12 @@ streaming sampler exactly (clean context, one noise level in flight) with one t 
 scratch: what a shape looks like and how it moves is the same knowledge under either mask; only
 the mask and the clean context are new, which a few hundred steps teach, while from scratch the
 bidirectional model needed 26 minutes on two cores. A smaller learning rate than from scratch
-keeps what was learnt; the EMA is shorter because the run is.
+keeps what was learnt; the EMA is shorter because the run is. The shipped weights
+(`cpcourse/data/shapes_causal_dit.safetensors`, their metadata holds the run) come from
+`cpcourse train --causal --init shipped --minutes 24 --threads 1`: 512 steps on one thread of
+a shared 2-core CPU, loss 0.041 -> 0.011. Streamed, the shipped bidirectional weights as they
+were found the prompt's direction in 83% of clips (8 seeds per prompt); fine-tuned, in all of
+them (`cpcourse bench shapes --causal`).
 """
 
 from __future__ import annotations
