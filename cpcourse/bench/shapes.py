@@ -1,6 +1,7 @@
 """`cpcourse bench shapes`: does the trained tiny model draw what each prompt asks for?
 
     cpcourse bench shapes --seeds 8 --json
+    cpcourse bench shapes --causal --json     # the chunk-causal model, streamed
 
 Every prompt is generated at seeds 0 .. N-1 in one process (CP gives the same clips: `cpcourse
 generate --compare` shows it) and each clip goes through `cpcourse.tinydit.moving_shapes.track`.
@@ -35,6 +36,8 @@ def data_rates(n: int = 256, seed: int = 0) -> dict:
 
 
 def main(argv: list[str]) -> int:
+    from cpcourse.tinydit.causal import shipped_causal_path
+    from cpcourse.tinydit.streaming import causal_chunk, evaluate_causal
     from cpcourse.tinydit.training import check_eval_seeds, evaluate, load_weights, shipped_path
 
     p = ArgumentParser(prog="cpcourse bench shapes", description=__doc__.split("\n")[0])
@@ -43,16 +46,26 @@ def main(argv: list[str]) -> int:
     p.add_argument("--seeds", type=int, default=8, help="seeds per prompt (default 8)")
     p.add_argument("--steps", type=int, default=SAMPLE_STEPS)
     p.add_argument("--cfg-scale", type=float, default=4.0)
+    p.add_argument("--causal", action="store_true",
+                   help="the chunk-causal model, streamed chunk by chunk with a KV cache "
+                        "(default weights: the shipped causal ones)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     seeds = check_eval_seeds("--seeds", args.seeds)
     steps = positive_int("--steps", args.steps)
     require(steps <= 1000, f"--steps {steps}: use at most 1000")
     cfg_scale = guidance_scale("--cfg-scale", args.cfg_scale)
-    path = args.weights or shipped_path()
-    model, meta = load_weights(path)
-    res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)
-    report = {"weights": path, "seeds": seeds, "steps": steps, "cfg_scale": cfg_scale,
+    path = args.weights or (shipped_causal_path() if args.causal else shipped_path())
+    if args.causal:
+        chunk = causal_chunk(path)
+        model, meta = load_weights(path)
+        res = evaluate_causal(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale,
+                              chunk=chunk)
+    else:
+        model, meta = load_weights(path)
+        res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)
+    report = {"weights": path, "causal": args.causal, "seeds": seeds, "steps": steps,
+              "cfg_scale": cfg_scale,
               "trained": meta.get("run", {}), "per_prompt": {k: v for k, v in res.items()
                                                             if isinstance(v, dict) and k != "all"},
               "all": res["all"], "seconds_per_clip": res["seconds_per_clip"],

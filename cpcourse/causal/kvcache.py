@@ -44,7 +44,8 @@ def check_design(design: str, heads: int, world: int) -> None:
 
 
 class KVCacheCP:
-    """One rank's side of a KV cache under CP. Per new chunk: `append(k, v)`, then `attend(q)`.
+    """One rank's side of a KV cache under CP. Per new chunk: `append(k, v)`, then `attend(q)`
+    (and `drop_last()` when the chunk was a draft, not context for later chunks).
 
     k, v, q `[B, H, n_r, D]`: this rank's `tensor_split` shard of the new chunk (every rank passes
     the same B, H, D; n may change from chunk to chunk). `attend` returns out `[B, H, n_r, D]` in
@@ -88,6 +89,14 @@ class KVCacheCP:
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         self.lens.append(lens)
+
+    def drop_last(self) -> None:
+        """Forget the chunk appended last: a denoising step's noisy k, v are attended once, then
+        dropped; only the finished chunk's stay as context (`cpcourse.tinydit.streaming`)."""
+        require(bool(self.lens), "KVCacheCP.drop_last: nothing appended")
+        last = self.lens.pop()
+        keep = self.k.shape[2] - (sum(last) if self.design == "ulysses" else last[self.rank])
+        self.k, self.v = self.k[:, :, :keep], self.v[:, :, :keep]
 
     def attend(self, q: torch.Tensor) -> torch.Tensor:
         """The new chunk's queries (this rank's shard) over the whole cache."""

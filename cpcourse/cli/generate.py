@@ -14,6 +14,8 @@ shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--li
 the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
 random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
+`--causal` streams the chunk-causal model instead (`cpcourse.cli.generate_causal`): chunk after
+chunk, the finished ones in a KV cache laid out under CP as `--kv-cache` says.
 This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
 """
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from cpcourse.causal import DESIGNS
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
@@ -78,15 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
                    help="whole windows per rank (windows), or each window under CP (cp)")
     p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
+    p.add_argument("--causal", action="store_true",
+                   help="stream chunk after chunk from the chunk-causal model, with a KV cache")
+    p.add_argument("--kv-cache", choices=DESIGNS, default=None,
+                   help="with --causal: where the cache lives under CP (default pass-q)")
+    p.add_argument("--chunk", type=int, default=None,
+                   help="with --causal: frames per chunk (default: the model's, 2)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
 MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc": "clips",
-              "seed": "clips", "save": "clips", "gif": "trained", "frames": "clips",
-              "height": "clips", "width": "clips", "steps": "clips", "cfg": "clips",
-              "dtype": "clips", "compare": "clips", "timeout": "clips", "window": "clips",
+              "seed": "clips", "save": "clips", "gif": "trained", "frames": "plain",
+              "height": "plain", "width": "plain", "steps": "clips", "cfg": "clips",
+              "dtype": "clips", "compare": "clips", "timeout": "clips", "window": "plain",
+              "causal": "clips", "kv_cache": "causal", "chunk": "causal",
               "prompt": "trained", "label": "random", "attention": "random_clip",
               "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
               "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
@@ -96,26 +106,33 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
     """Which of MODE_FLAGS' conditions these arguments meet, and what each needs."""
     clips = not args.list_prompts
-    windows = clips and (args.window is not None or args.stride is not None)
-    one_clip = clips and not windows
+    plain = clips and not args.causal
+    windows = plain and (args.window is not None or args.stride is not None)
+    one_clip = plain and not windows
     random = args.weights == "random"
     return {"clips": (clips, "no --list-prompts (it prints the prompt ids and stops)"),
+            "plain": (plain, "no --causal (the causal model streams its own 8 frames of "
+                      "32 x 32, one chunk at a time)"),
+            "causal": (clips and args.causal, "--causal (a clip streamed by the chunk-causal "
+                       "model)"),
             "trained": (clips and not random, "trained weights, not --weights random (the "
                         "random model's latents are not pixels; it takes --label)"),
             "random": (clips and random, "--weights random (the trained model takes --prompt)"),
-            "random_clip": (one_clip and random, "--weights random and no --window (trained "
-                            "weights fix their attention)"),
-            "one_clip": (one_clip, "one clip, no --window (windows take --parallel windows|cp "
-                         "over --nproc ranks)"),
-            "plain_cp": (one_clip and args.layout is None, "plain CP: no --window and no "
-                         "--layout (under a layout attention runs USP over its ring and "
-                         "ulysses dims)"),
+            "random_clip": (one_clip and random, "--weights random, no --window and no "
+                            "--causal (trained weights fix their attention)"),
+            "one_clip": (one_clip, "one bidirectional clip, no --window (windows take "
+                         "--parallel windows|cp over --nproc ranks) and no --causal (its "
+                         "cache takes --kv-cache)"),
+            "plain_cp": (one_clip and args.layout is None, "plain CP: no --window, no "
+                         "--causal and no --layout (under a layout attention runs USP over its "
+                         "ring and ulysses dims)"),
             "windows": (windows and args.window is not None, "--window W (a long video from "
                         "overlapping windows)")}
 
 
 def main(argv: list[str]) -> int:
     from cpcourse.cli.clip_files import write_outputs
+    from cpcourse.cli.generate_causal import main_causal
     from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
@@ -125,6 +142,8 @@ def main(argv: list[str]) -> int:
     if args.list_prompts:
         print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
         return 0
+    if args.causal:
+        return main_causal(args)
     if args.window is not None:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)

@@ -1,11 +1,14 @@
 """`cpcourse train`: train the tiny video DiT on procedural moving shapes.
 
     cpcourse train --out /tmp/shapes.safetensors --minutes 2 --seed 0
+    cpcourse train --causal --init shipped --minutes 20 --threads 1 --out /tmp/causal.safetensors
 
 Rectified flow, x-prediction, logit-normal times, shape and direction as two labels with label
-dropout for classifier-free guidance (`cpcourse.tinydit.training` says why each). Prints a progress
-bar with the loss and saves safetensors weights with the model config in their metadata;
-`cpcourse generate --weights FILE` samples them. The shipped weights were made by this command.
+dropout for classifier-free guidance (`cpcourse.tinydit.training` says why each). With `--causal`,
+the chunk-causal model: the shipped weights fine-tuned with teacher forcing (`--init`;
+`cpcourse.tinydit.causal` says why). Prints a progress bar with the loss and saves safetensors
+weights with the model config in their metadata; `cpcourse generate --weights FILE` samples
+them (`--causal` for a causal file). The shipped weights were made by this command.
 """
 
 from __future__ import annotations
@@ -29,20 +32,29 @@ def build_parser():
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all)")
     p.add_argument("--eval-seeds", type=int, default=0,
                    help="then generate each prompt at this many seeds and track the clips")
+    p.add_argument("--causal", action="store_true",
+                   help="train the chunk-causal model (teacher forcing, chunks of 2 frames)")
+    p.add_argument("--init", default=None,
+                   help="with --causal: fine-tune 'shipped' (default) or a weights file, or "
+                        "'scratch'")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
     return p
 
 
 def main(argv: list[str]) -> int:
+    from cpcourse.tinydit.causal import train_causal
+    from cpcourse.tinydit.streaming import evaluate_causal
     from cpcourse.tinydit.training import evaluate, train
 
     args = build_parser().parse_args(argv)
-    out, eval_seeds = _check(args)
-    res = train(out, minutes=args.minutes, steps=args.steps, seed=args.seed,
-                threads=args.threads, progress=sys.stderr)
+    out, eval_seeds, init = _check(args)
+    run = dict(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
+               progress=sys.stderr)
+    res = train_causal(out, init=init, **run) if args.causal else train(out, **run)
     report = {"out": out, **res["run"], "first_loss": res["losses"][0]}
     if eval_seeds:
-        report["eval"] = evaluate(res["model"], seeds=range(eval_seeds))
+        report["eval"] = (evaluate_causal if args.causal else evaluate)(
+            res["model"], seeds=range(eval_seeds))
     if args.json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -55,11 +67,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _check(args) -> tuple[str, int]:
+def _check(args) -> tuple[str, int, str | None]:
     """Every flag checked before training starts, so a mistake costs no minutes and leaves no
-    weights file: (the absolute --out, the number of --eval-seeds, 0 for none)."""
+    weights file: (the absolute --out, the number of --eval-seeds, 0 for none, the --init)."""
     from cpcourse.support.out_files import check_writable
-    from cpcourse.tinydit.training import check_eval_seeds
+    from cpcourse.tinydit.training import check_eval_seeds, weights_config
 
     require(args.minutes is not None or args.steps is not None,
             "give --minutes M or --steps N (or both: whichever comes first)")
@@ -73,4 +85,12 @@ def _check(args) -> tuple[str, int]:
         require(1 <= args.threads <= (os.cpu_count() or 1),
                 f"--threads must be in [1, {os.cpu_count()}] (this machine's cores)")
     eval_seeds = 0 if args.eval_seeds == 0 else check_eval_seeds("--eval-seeds", args.eval_seeds)
-    return check_writable("--out", args.out), eval_seeds
+    init = args.init
+    if args.causal:
+        init = init or "shipped"
+        if init not in ("shipped", "scratch"):
+            init = weights_config(init)[0]   # read now: a foreign file is one line, no training
+    else:
+        require(init is None, "--init is for --causal (the bidirectional model trains from "
+                "the DiT init)")
+    return check_writable("--out", args.out), eval_seeds, init

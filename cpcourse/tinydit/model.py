@@ -34,7 +34,7 @@ from torch import nn
 
 from cpcourse import video
 from cpcourse.support.errors import InputError, require
-from cpcourse.tinydit.rope import rope_3d
+from cpcourse.tinydit.rope import apply_rope, rope_3d, rope_angles_at
 
 ATTENTIONS = ("factored", "full")
 PREDICTIONS = ("velocity", "sample")
@@ -89,6 +89,12 @@ class CPContext:
     temporal_method: str = "all_to_all"
     full_method: str = "ring"
     mesh: object = None                      # a cpcourse.mesh DeviceMesh: USP over ring x ulysses
+    # Streaming (cpcourse.tinydit.causal): `attend(layer, q, k, v)` replaces the temporal / full
+    # attention (q, k, v `[B, H, T_r, S_r, D]` after rotary; `layer` the Attention module, so a
+    # KV cache can be kept per layer); `positions` long `[T_r, S_r, 3]`, the (t, y, x) of each
+    # token held, for a rank holding a piece of a frame. None: frames from `frame_offset`.
+    attend: object = None
+    positions: object = None
 
 
 def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
@@ -153,10 +159,16 @@ class Attention(nn.Module):
         h, d = self.heads, self.cfg.head_dim
         # [B, T, S, 3*hidden] -> 3 x [B, H, T, S, D]
         q, k, v = self.qkv(x).view(b, t, s, 3, h, d).permute(3, 0, 4, 1, 2, 5).unbind(0)
-        q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset)
-        k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
+        if ctx.positions is None:
+            q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset)
+            k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
+        else:
+            angles = rope_angles_at(ctx.positions, d)
+            q, k = apply_rope(q, angles), apply_rope(k, angles)
         if self.kind == "spatial":
             out = video.spatial_attention(q, k, v)
+        elif ctx.attend is not None:
+            out = ctx.attend(self, q, k, v)
         elif ctx.mesh is not None:  # USP over the mesh's ring x ulysses dims
             attend = video.full_attention_cp if self.kind == "full" else video.temporal_attention_cp
             out = attend(q, k, v, ctx.mesh, method="usp")
@@ -229,9 +241,10 @@ class TinyVideoDiT(nn.Module):
         if self.cfg.frame_embed:
             # Like rotary positions, the index is the GLOBAL frame: a rank's first frame is
             # ctx.frame_offset, not 0, or every rank would hold "the first frames".
-            idx = torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1], device=x.device)
-            fe = self.frame_proj(frame_embedding(idx, self.cfg.hidden).to(x.dtype))
-            x = x + fe[None, :, None]
+            idx = (torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1], device=x.device)
+                   [:, None] if ctx.positions is None else ctx.positions[..., 0])  # [T_r, 1|S_r]
+            fe = self.frame_proj(frame_embedding(idx.flatten(), self.cfg.hidden).to(x.dtype))
+            x = x + fe.view(1, *idx.shape, -1)
         for block in self.blocks:
             x = block(x, c, ctx)
         shift, scale = self.final_ada(nn.functional.silu(c)).chunk(2, dim=-1)

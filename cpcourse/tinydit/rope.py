@@ -38,14 +38,21 @@ def rope_angles(frames: int, height: int, width: int, head_dim: int, frame_offse
                 base: float = 10000.0) -> torch.Tensor:
     """Angles `[T, S, D/2]` (float64) for frames `frame_offset .. frame_offset + frames - 1`
     of an `height x width` token grid (S = height * width, (y, x) row-major)."""
+    t = torch.arange(frame_offset, frame_offset + frames)
+    y = torch.arange(height).repeat_interleave(width)
+    x = torch.arange(width).repeat(height)
+    grid = torch.stack([t[:, None].expand(-1, height * width), y[None].expand(frames, -1),
+                        x[None].expand(frames, -1)], dim=-1)
+    return rope_angles_at(grid, head_dim, base)
+
+
+def rope_angles_at(positions: torch.Tensor, head_dim: int, base: float = 10000.0) -> torch.Tensor:
+    """Angles `[..., D/2]` (float64) for tokens at `positions [..., 3]`, their (t, y, x): what a
+    rank holding any set of tokens (a piece of a frame, say) rotates by."""
     pt, ph, pw = rope_split(head_dim)
-    t = torch.arange(frame_offset, frame_offset + frames, dtype=torch.float64)
-    y = torch.arange(height, dtype=torch.float64).repeat_interleave(width)
-    x = torch.arange(width, dtype=torch.float64).repeat(height)
-    a_t = (t[:, None] * _freqs(pt, base))[:, None, :].expand(frames, height * width, pt)
-    a_y = (y[:, None] * _freqs(ph, base))[None].expand(frames, -1, -1)
-    a_x = (x[:, None] * _freqs(pw, base))[None].expand(frames, -1, -1)
-    return torch.cat([a_t, a_y, a_x], dim=-1)
+    pos = positions.to(torch.float64)
+    return torch.cat([pos[..., i, None] * _freqs(n, base)
+                      for i, n in enumerate((pt, ph, pw))], dim=-1)
 
 
 def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:

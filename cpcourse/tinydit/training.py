@@ -118,10 +118,14 @@ def _bar(step: int, frac: float, loss: float, elapsed: float, width: int = 24) -
 
 def train(out: str | None = None, *, minutes: float | None = None, steps: int | None = None,
           seed: int = 0, cfg: DiTConfig | None = None, tc: TrainConfig = TrainConfig(),
-          progress=None, threads: int | None = None) -> dict:
+          progress=None, threads: int | None = None, init: TinyVideoDiT | None = None,
+          loss_fn=training_loss, meta: dict | None = None) -> dict:
     """Train until `steps` steps or `minutes` minutes (whichever is given; both: the first),
     and at least one step however small `minutes` is; save the EMA weights to `out`
-    (safetensors, with the configs and the run in its metadata).
+    (safetensors, with the configs, the run and `meta` in its metadata).
+
+    `init`: fine-tune these weights (and their config) instead of the DiT init; `loss_fn`: the
+    batch loss, `training_loss`'s signature (`cpcourse.tinydit.causal` passes its own).
 
     `progress`: a text stream for the progress bar (None: stderr when it is a terminal).
     Returns {"model", "losses" (per step), "steps", "seconds", "path"}.
@@ -129,19 +133,11 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
     require(minutes is not None or steps is not None, "give `minutes` or `steps`")
     require(minutes is None or 0 < minutes <= 24 * 60, "minutes must be in (0, 1440]")
     require(steps is None or steps > 0, "steps must be positive")
-    cfg = cfg or shapes_config()
     if threads:
         torch.set_num_threads(threads)
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed)
-    model = build_model(cfg, seed).train()
-    # the usual DiT init: a block starts as the identity (zero gates), the output at zero
-    with torch.no_grad():
-        for blk in model.blocks:
-            blk.ada.weight.zero_()
-            blk.ada.bias.zero_()
-        for p in (model.final_ada.weight, model.final_ada.bias, model.out.weight, model.out.bias):
-            p.zero_()
+    model = (init.float() if init is not None else _dit_init(cfg or shapes_config(), seed)).train()
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
     opt = torch.optim.AdamW(model.parameters(), lr=tc.lr, weight_decay=tc.weight_decay,
                             betas=(0.9, 0.99))
@@ -155,7 +151,7 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
         for group in opt.param_groups:
             group["lr"] = _lr(step, frac, tc)
         clips, s_ids, d_ids = random_clips(tc.batch, gen)
-        loss = training_loss(model, clips, s_ids, d_ids, gen, tc)
+        loss = loss_fn(model, clips, s_ids, d_ids, gen, tc)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -180,9 +176,21 @@ def train(out: str | None = None, *, minutes: float | None = None, steps: int | 
            torch.get_num_threads(), "final_loss": sum(losses[-100:]) / len(losses[-100:]),
            "torch": torch.__version__, "frames": FRAMES, "size": SIZE}
     if out:
-        save_weights(model, out, {"train": asdict(tc), "run": run}, name="out")
+        save_weights(model, out, {"train": asdict(tc), "run": run, **(meta or {})}, name="out")
     return {"model": model, "losses": losses, "steps": step, "seconds": seconds, "path": out,
             "run": run}
+
+
+def _dit_init(cfg: DiTConfig, seed: int) -> TinyVideoDiT:
+    """The usual DiT init: every block starts as the identity (zero gates), the output at zero."""
+    model = build_model(cfg, seed)
+    with torch.no_grad():
+        for blk in model.blocks:
+            blk.ada.weight.zero_()
+            blk.ada.bias.zero_()
+        for p in (model.final_ada.weight, model.final_ada.bias, model.out.weight, model.out.bias):
+            p.zero_()
+    return model
 
 
 def shipped_path() -> str:
@@ -223,8 +231,9 @@ def generate_clip(model: TinyVideoDiT, prompt: str, seed: int = 0, steps: int = 
 
 
 def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAMPLE_STEPS,
-             cfg_scale: float = 4.0) -> dict:
-    """Generate every prompt at every seed in this process and track each clip.
+             cfg_scale: float = 4.0, sampler=None) -> dict:
+    """Generate every prompt at every seed in this process and track each clip. `sampler`:
+    `sampling.sample`'s signature (None: it); the causal model passes its streaming sampler.
 
     Returns {prompt: {"direction": fraction of clips moving the prompt's way, "shape": fraction
     drawing the prompt's shape, "present": fraction of frames with exactly one object,
@@ -241,7 +250,7 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
     noise = torch.cat([initial_noise(shape, s) for s in seeds])  # one batch: seeds side by side
     out, rows, start = {}, [], time.perf_counter()
     for prompt in prompts:
-        batch = sample(model, noise, parse_prompt(prompt), steps, cfg_scale)
+        batch = (sampler or sample)(model, noise, parse_prompt(prompt), steps, cfg_scale)
         found = [matches(prompt, track(to_clip(batch[i:i + 1]))) for i in range(len(seeds))]
         rows += found
         out[prompt] = rates(found)

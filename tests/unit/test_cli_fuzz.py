@@ -84,6 +84,8 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "generate --window 4": {**_refused("--nproc", "--frames", "--stride", "--steps",
                                                 "--timeout", "--height"),
                                      "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
+             "generate --causal": {**_refused("--nproc", "--chunk", "--steps", "--timeout"),
+                                   "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
              "generate --layout cfg=2": {**_refused("--frames", "--steps", "--timeout"),
                                          "--seed": SEEDS_REFUSED},
              "models --arch wan": {**_refused("--nproc", "--frames", "--height", "--width",

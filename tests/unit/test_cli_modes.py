@@ -33,6 +33,8 @@ TABLES = {
                 "one_forward": (["--sample-steps", "2"], [])}),
     "generate": (generate.build_parser, generate.MODE_FLAGS, generate.mode_conditions, [],
                  {"clips": (["--list-prompts"], []),
+                  "plain": (["--causal"], []),
+                  "causal": ([], ["--causal"]),
                   "trained": (["--weights", "random"], []),
                   "random": ([], ["--weights", "random"]),
                   "random_clip": (["--weights", "random", "--window", "4"],
