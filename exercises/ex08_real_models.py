@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
-# stub-sha256: 829da59cec13ce15 (how the generator tells your edits from its output)
+# stub-sha256: 8538bf3690ac36c8 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
 
@@ -7,11 +7,11 @@
 
 Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
-function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
-keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
-hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`). Layouts: diffusers
-keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
-`[B, H, L, D]`.
+function (`cpcourse.models.processors.WanCPProcessor`), the rule that lets replicated text
+keys into a ring exactly once, two ways (`cpcourse.models.text_ring`), and a bug hunt in the
+gather that hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`).
+Layouts: diffusers keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention
+functions take `[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """
 
@@ -63,22 +63,29 @@ def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
     )
 
 
-def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
-    """This rank's ring block of keys and values when text is joined into self-attention.
+def text_ring_step(held_k, held_v, text_k, text_v, rank: int, step: int, world: int,
+                   strategy: str):
+    """One ring step of joined-text attention on one rank: what its queries attend to, and what
+    it passes to rank + 1.
 
-    k, v `[B, H, L_r, D]`: this rank's video keys and values; text_k, text_v `[B, H, N, D]`: the
-    whole text's, the same on every rank. The ring shows every rank's block to every query, so
-    over all ranks the blocks must hold each video key once and each text key ONCE. Convention:
-    the last rank (world - 1) carries the text behind its video keys; the others carry none.
-    Returns (k_block, v_block), each `[B, H, L_r + N or L_r, D]`.
+    held_k, held_v `[B, H, L_b, D]`: the block this rank holds at `step` (step 0: its own video
+    keys and values; later: what rank - 1 passed it at the step before); text_k, text_v
+    `[B, H, N, D]`: the whole text's, the same on every rank. Over the `world` steps every
+    query must meet every video key once and every text key ONCE, with the text placed by
+    `strategy`:
+        "course"  the text keys ride in the last rank's block (rank world - 1), around the ring
+        "rear"    xDiT's joint_strategy="rear": the text keys travel nowhere; each rank uses its
+                  own copy, at the last ring step
+    Returns ((attend_k, attend_v), (send_k, send_v)): the keys and values this rank's queries
+    attend to now, and the block it passes on (ignored after the last step).
     """
     # Exercise 08.3: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 08.3 joined_text_kv: read notebook 08, \"Joined text, counted once\". "
-        "Hint: every query's softmax runs over the union of all ranks' blocks. A "
-        "video key is in that union once, because each rank holds different ones; how "
-        "many times is a text key there if every rank appends the text, and how many "
-        "times should it be? (Section 6.) (2 more: cpcourse.hint(\"08.3\"))"
+        "Exercise 08.3 text_ring_step: read notebook 08, \"Joined text, counted once\". "
+        "Hint: for each strategy, at which (rank, step) does a text key first enter a "
+        "block, and once it is in, which later steps see it again? Which blocks, "
+        "then, must carry it when they are passed on? (Section 6, and the figure of "
+        "who holds which block when.) (2 more: cpcourse.hint(\"08.3\"))"
     )
 
 

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex09_mesh.py by tools/make_exercises.py
-# stub-sha256: 8c9b87a4137f3944 (how the generator tells your edits from its output)
+# stub-sha256: 8a6d75ef87045ea9 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 09, combining parallelisms on a mesh: CFG-parallel, USP's layout, TP.
 
@@ -9,10 +9,10 @@ Three pieces of `cpcourse.mesh` and `cpcourse.tensor_parallel`, written by you: 
 per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where a rank sits in a
 cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
 (`cpcourse.support.layout.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
-Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
-(`cpcourse.tensor_parallel`). Then a design choice (09.4): the layout of a multi-node run,
-judged by the bytes it sends between nodes. Check yours in the notebook with
-`cpcourse.check("09.1")`.
+Megatron-style MLP with sequence parallelism: the tokens split outside it, the hidden features
+inside it, and no all-reduce (`cpcourse.tensor_parallel`). Then a design choice (09.4): the
+layout of a multi-node run, judged by the bytes it sends between nodes. Check yours in the
+notebook with `cpcourse.check("09.1")`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cpcourse.support.groups import all_gather_single
+from cpcourse.support.groups import all_gather_single, reduce_scatter_single
 from cpcourse.support.layout import Layout
 
 
@@ -72,28 +72,28 @@ def mesh_position(rank: int, layout) -> dict:
     )
 
 
-def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
-    """A two-layer MLP, `mlp(x)`, split over the T ranks of `group` with one all-reduce.
+def sp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
+    """A two-layer MLP under Megatron TP with sequence parallelism, over the T ranks of `group`.
 
-    x `[..., d]`: the same on every rank (TP replicates the activations it is given). mlp: an
-    `nn.Sequential(nn.Linear(d, f), activation, nn.Linear(f, d))`, both layers with biases, the
-    activation elementwise (GELU in the course's DiT): the whole MLP (here every rank holds it;
-    a real TP rank would load only its slice). T divides f; rank i of `group` keeps the hidden
-    features i * f / T .. (i + 1) * f / T - 1:
-      * column-parallel first layer: its rows of mlp[0]'s weight and bias, `[..., f / T]`,
-        nothing sent;
-      * the activation mlp[1] on that slice (it is elementwise);
-      * row-parallel second layer: the same columns of mlp[2]'s weight, a partial `[..., d]`;
-      * ONE all-reduce (sum) of the partials over `group`, then mlp[2]'s bias, added once.
-    Returns `[..., d]`, the same on every rank, equal to mlp(x) up to float rounding.
+    x `[L / T, B, d]`: this rank's shard of the tokens (Megatron's sequence-first layout: rank i
+    holds tokens i * L / T .. (i + 1) * L / T - 1, T divides L), as the norms and the residual
+    stream hold them under SP. mlp: an `nn.Sequential(nn.Linear(d, f), activation,
+    nn.Linear(f, d))`, both layers with biases, the activation elementwise: the whole MLP (here
+    every rank holds it; a real TP rank would load only its slice). The weights are split as in
+    plain Megatron TP: rank i of `group` owns the hidden features i * f / T .. (i + 1) * f / T - 1
+    (T divides f), and no rank ever holds all f of a token.
+    Returns `[L / T, B, d]`: this rank's tokens of mlp(x of all ranks), up to float rounding.
+    No all-reduce: each rank sends exactly the bytes of ONE all-reduce of the whole output
+    `[L, B, d]`, 2 (T - 1) / T of it, and nothing else.
     """
     # Exercise 09.3: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 09.3 tp_mlp: read notebook 09, \"A column-parallel and a "
-        "row-parallel layer\". Hint: where, in the MLP, is the first place that one "
-        "hidden feature's value depends on another's? Up to there a rank can work on "
-        "its own slice; what does the second layer then need from the other ranks, "
-        "and how often should its bias be added? (Section 7's demo cell.) (2 more: "
+        "Exercise 09.3 sp_mlp: read notebook 09, \"The MLP under Megatron sequence "
+        "parallelism\". Hint: the first layer needs every token (this rank owns hidden "
+        "features, not tokens), and the second layer leaves each rank a partial sum "
+        "for every token; which collective turns a token shard into all tokens, which "
+        "one turns partial sums of all tokens into this rank's finished tokens, and "
+        "is the bias added before or after it? (Section 1's SP part.) (2 more: "
         "cpcourse.hint(\"09.3\"))"
     )
 

@@ -4,11 +4,11 @@
 
 Three pieces of `cpcourse.models`, written by you: the rotary rows of a frame shard
 (`cpcourse.models.rotary.wan_rope_shard`), Wan's self-attention with the softmax handed to a CP
-function (`cpcourse.models.processors.WanCPProcessor`), and the rule that lets replicated text
-keys into a ring exactly once (`cpcourse.models.attention`), and a bug hunt in the gather that
-hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`). Layouts: diffusers
-keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention functions take
-`[B, H, L, D]`.
+function (`cpcourse.models.processors.WanCPProcessor`), the rule that lets replicated text
+keys into a ring exactly once, two ways (`cpcourse.models.text_ring`), and a bug hunt in the
+gather that hands `proj_out`'s tokens back whole (`cpcourse.support.groups.gather_uneven`).
+Layouts: diffusers keeps q/k/v as `[B, L, H, D]` inside its processors; cpcourse's attention
+functions take `[B, H, L, D]`.
 Check yours in the notebook with `cpcourse.check("08.1")`.
 """
 
@@ -92,27 +92,37 @@ def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
     # END SOLUTION
 
 
-def joined_text_kv(k, v, text_k, text_v, rank: int, world: int):
-    """This rank's ring block of keys and values when text is joined into self-attention.
+def text_ring_step(held_k, held_v, text_k, text_v, rank: int, step: int, world: int,
+                   strategy: str):
+    """One ring step of joined-text attention on one rank: what its queries attend to, and what
+    it passes to rank + 1.
 
-    k, v `[B, H, L_r, D]`: this rank's video keys and values; text_k, text_v `[B, H, N, D]`: the
-    whole text's, the same on every rank. The ring shows every rank's block to every query, so
-    over all ranks the blocks must hold each video key once and each text key ONCE. Convention:
-    the last rank (world - 1) carries the text behind its video keys; the others carry none.
-    Returns (k_block, v_block), each `[B, H, L_r + N or L_r, D]`.
+    held_k, held_v `[B, H, L_b, D]`: the block this rank holds at `step` (step 0: its own video
+    keys and values; later: what rank - 1 passed it at the step before); text_k, text_v
+    `[B, H, N, D]`: the whole text's, the same on every rank. Over the `world` steps every
+    query must meet every video key once and every text key ONCE, with the text placed by
+    `strategy`:
+        "course"  the text keys ride in the last rank's block (rank world - 1), around the ring
+        "rear"    xDiT's joint_strategy="rear": the text keys travel nowhere; each rank uses its
+                  own copy, at the last ring step
+    Returns ((attend_k, attend_v), (send_k, send_v)): the keys and values this rank's queries
+    attend to now, and the block it passes on (ignored after the last step).
     """
     # BEGIN SOLUTION 08.3 | notebook 08, "Joined text, counted once"
-    # | hint: every query's softmax runs over the union of all ranks' blocks. A video key is in
-    # | that union once, because each rank holds different ones; how many times is a text key
-    # | there if every rank appends the text, and how many times should it be? (Section 6.)
-    # | hint2: world 3, N = 7 text tokens: ranks 0 and 1 return their video keys unchanged, rank 2
-    # | returns its video keys followed by the 7 text keys (dim 2). Over the 3 blocks the text
-    # | appears 7 times, not 21.
-    # | hint3: if rank == world - 1: return torch.cat([k, text_k], dim=2), torch.cat([v, text_v],
-    # | dim=2); otherwise return k, v.
-    if rank == world - 1:
-        return torch.cat([k, text_k], dim=2), torch.cat([v, text_v], dim=2)
-    return k, v
+    # | hint: for each strategy, at which (rank, step) does a text key first enter a block, and
+    # | once it is in, which later steps see it again? Which blocks, then, must carry it when
+    # | they are passed on? (Section 6, and the figure of who holds which block when.)
+    # | hint2: world 3, N = 7 text keys. "course": rank 2 at step 0 attends to its video keys
+    # | and the 7 text keys and passes all of them on, so ranks 0 and 1 meet the text at steps 1
+    # | and 2. "rear": every rank meets the text at step 2 only, and no passed block holds it.
+    # | hint3: course: if step == 0 and rank == world - 1, cat the text onto held_k/held_v, then
+    # | attend to and send that; rear: send held_k/held_v, attend to them with the text catted
+    # | on only when step == world - 1.
+    with_text = (torch.cat([held_k, text_k], dim=2), torch.cat([held_v, text_v], dim=2))
+    if strategy == "rear":
+        return (with_text if step == world - 1 else (held_k, held_v)), (held_k, held_v)
+    block = with_text if step == 0 and rank == world - 1 else (held_k, held_v)
+    return block, block
     # END SOLUTION
 
 

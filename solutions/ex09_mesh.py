@@ -6,10 +6,10 @@ Three pieces of `cpcourse.mesh` and `cpcourse.tensor_parallel`, written by you: 
 per denoising step that CFG-parallel makes (`cpcourse.mesh.cfg_combine`), where a rank sits in a
 cfg x ring x ulysses x tp mesh and which ranks it talks to over each sequence dim
 (`cpcourse.support.layout.Layout.coords`, `cpcourse.mesh.cp_coords`, `make_mesh`'s groups), and a
-Megatron-style MLP: column-parallel, then row-parallel, one all-reduce
-(`cpcourse.tensor_parallel`). Then a design choice (09.4): the layout of a multi-node run,
-judged by the bytes it sends between nodes. Check yours in the notebook with
-`cpcourse.check("09.1")`.
+Megatron-style MLP with sequence parallelism: the tokens split outside it, the hidden features
+inside it, and no all-reduce (`cpcourse.tensor_parallel`). Then a design choice (09.4): the
+layout of a multi-node run, judged by the bytes it sends between nodes. Check yours in the
+notebook with `cpcourse.check("09.1")`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from cpcourse.support.groups import all_gather_single
+from cpcourse.support.groups import all_gather_single, reduce_scatter_single
 from cpcourse.support.layout import Layout
 
 
@@ -95,42 +95,43 @@ def mesh_position(rank: int, layout) -> dict:
     # END SOLUTION
 
 
-def tp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
-    """A two-layer MLP, `mlp(x)`, split over the T ranks of `group` with one all-reduce.
+def sp_mlp(x: torch.Tensor, mlp: torch.nn.Sequential, group=None) -> torch.Tensor:
+    """A two-layer MLP under Megatron TP with sequence parallelism, over the T ranks of `group`.
 
-    x `[..., d]`: the same on every rank (TP replicates the activations it is given). mlp: an
-    `nn.Sequential(nn.Linear(d, f), activation, nn.Linear(f, d))`, both layers with biases, the
-    activation elementwise (GELU in the course's DiT): the whole MLP (here every rank holds it;
-    a real TP rank would load only its slice). T divides f; rank i of `group` keeps the hidden
-    features i * f / T .. (i + 1) * f / T - 1:
-      * column-parallel first layer: its rows of mlp[0]'s weight and bias, `[..., f / T]`,
-        nothing sent;
-      * the activation mlp[1] on that slice (it is elementwise);
-      * row-parallel second layer: the same columns of mlp[2]'s weight, a partial `[..., d]`;
-      * ONE all-reduce (sum) of the partials over `group`, then mlp[2]'s bias, added once.
-    Returns `[..., d]`, the same on every rank, equal to mlp(x) up to float rounding.
+    x `[L / T, B, d]`: this rank's shard of the tokens (Megatron's sequence-first layout: rank i
+    holds tokens i * L / T .. (i + 1) * L / T - 1, T divides L), as the norms and the residual
+    stream hold them under SP. mlp: an `nn.Sequential(nn.Linear(d, f), activation,
+    nn.Linear(f, d))`, both layers with biases, the activation elementwise: the whole MLP (here
+    every rank holds it; a real TP rank would load only its slice). The weights are split as in
+    plain Megatron TP: rank i of `group` owns the hidden features i * f / T .. (i + 1) * f / T - 1
+    (T divides f), and no rank ever holds all f of a token.
+    Returns `[L / T, B, d]`: this rank's tokens of mlp(x of all ranks), up to float rounding.
+    No all-reduce: each rank sends exactly the bytes of ONE all-reduce of the whole output
+    `[L, B, d]`, 2 (T - 1) / T of it, and nothing else.
     """
-    # BEGIN SOLUTION 09.3 | notebook 09, "A column-parallel and a row-parallel layer"
-    # | hint: where, in the MLP, is the first place that one hidden feature's value depends on
-    # | another's? Up to there a rank can work on its own slice; what does the second layer
-    # | then need from the other ranks, and how often should its bias be added? (Section 7's
-    # | demo cell.)
-    # | hint2: d = 6, f = 20, T = 4: rank 2 keeps hidden features 10 .. 14: mlp[0].weight[10:15]
-    # | ([5, 6]) and mlp[0].bias[10:15] give h [..., 5]; mlp[2].weight[:, 10:15] ([6, 5]) gives
-    # | a partial [..., 6]; the all-reduce sums four such partials, then mlp[2].bias is added.
-    # | Adding it on every rank before the sum would count it 4 times.
-    # | hint3: fc1, act, fc2 = mlp[0], mlp[1], mlp[2]; i, n = dist.get_rank(group),
-    # | dist.get_world_size(group); s = slice(i * f // n, (i + 1) * f // n) with f =
-    # | fc1.out_features; h = act(F.linear(x, fc1.weight[s], fc1.bias[s])); y = F.linear(h,
-    # | fc2.weight[:, s]).contiguous(); dist.all_reduce(y, group=group); return y + fc2.bias.
+    # BEGIN SOLUTION 09.3 | notebook 09, "The MLP under Megatron sequence parallelism"
+    # | hint: the first layer needs every token (this rank owns hidden features, not tokens), and
+    # | the second layer leaves each rank a partial sum for every token; which collective turns
+    # | a token shard into all tokens, which one turns partial sums of all tokens into this
+    # | rank's finished tokens, and is the bias added before or after it? (Section 1's SP part.)
+    # | hint2: L = 6, B = 1, d = 4, f = 8, T = 2: rank 1 holds tokens 3 .. 5 `[3, 1, 4]` and
+    # | hidden features 4 .. 7. Gathered x is `[6, 1, 4]`; its hidden slice `[6, 1, 4]`; its
+    # | partial output `[6, 1, 4]`; summed over the 2 ranks and cut to tokens 3 .. 5: `[3, 1, 4]`.
+    # | Each rank sends 3 * 4 floats to gather and 3 * 4 to reduce: 24, as an all-reduce of 6 * 4.
+    # | hint3: all_gather_single(xs [L, B, d], x); h = act(F.linear(xs, fc1.weight[s],
+    # | fc1.bias[s])); y = F.linear(h, fc2.weight[:, s]); reduce_scatter_single(out [L / T, B,
+    # | d], y) (both from cpcourse.support.groups: dim 0 by rank); return out + fc2.bias.
     fc1, act, fc2 = mlp[0], mlp[1], mlp[2]
     i, n = dist.get_rank(group), dist.get_world_size(group)
     f = fc1.out_features
     s = slice(i * f // n, (i + 1) * f // n)
-    h = act(F.linear(x, fc1.weight[s], fc1.bias[s]))
+    xs = x.new_empty(n * x.shape[0], *x.shape[1:])
+    all_gather_single(xs, x.contiguous(), group=group)
+    h = act(F.linear(xs, fc1.weight[s], fc1.bias[s]))
     y = F.linear(h, fc2.weight[:, s]).contiguous()
-    dist.all_reduce(y, group=group)
-    return y + fc2.bias
+    out = y.new_empty(x.shape[0], *y.shape[1:])
+    reduce_scatter_single(out, y, group=group)
+    return out + fc2.bias
     # END SOLUTION
 
 

@@ -8,6 +8,7 @@
 
 `parallel` (the hooks: where the sequence is split and gathered), `processors` (each model's
 attention under CP), `attention` (the softmax over every rank's keys, text counted once),
+`text_ring` (two placements of joined text in a ring, simulated, with their bytes),
 `rotary` (a shard's rotary rows at its global frame offset), `tiny` (configs and inputs),
 `sampler` (the model's own scheduler with CFG around it), `shards` (frame shards in and out),
 `compare` (what the CLI runs), `pretrained` (real weights, a local folder checked first).

@@ -28,7 +28,8 @@ import torch.distributed as dist
 # isend would break batched p2p; sends made through `batch_isend_irecv` are counted there.
 _WRAPPED = ("send", "batch_isend_irecv", "all_to_all_single", "all_gather_into_tensor",
             "all_gather_single",
-            "all_gather", "all_reduce", "reduce_scatter_tensor", "broadcast")
+            "all_gather", "all_reduce", "reduce_scatter_tensor", "reduce_scatter_single",
+            "broadcast")
 
 
 @dataclass
@@ -89,7 +90,7 @@ def _bytes_of(name: str, args, kwargs) -> int:
         # ring all-reduce: 2 (P - 1) / P of the buffer leaves each rank
         world = _world(get(2, "group"))
         return 2 * (world - 1) * _payload(get(0, "tensor")) // world
-    if name == "reduce_scatter_tensor":
+    if name in ("reduce_scatter_tensor", "reduce_scatter_single"):
         return _payload(get(1, "input")) * (_world(group) - 1) // _world(group)
     if name == "broadcast":
         src = get(1, "src")
@@ -107,7 +108,8 @@ def _group_of(name: str, args, kwargs):
         return kwargs["group"]
     position = {"send": 2, "all_to_all_single": 4, "all_gather_into_tensor": 2,
                 "all_gather_single": 2, "all_gather": 2, "all_reduce": 2,
-                "reduce_scatter_tensor": 3, "broadcast": 2}.get(name)
+                "reduce_scatter_tensor": 3, "reduce_scatter_single": 3,
+                "broadcast": 2}.get(name)
     return args[position] if position is not None and len(args) > position else None
 
 

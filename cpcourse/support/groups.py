@@ -194,6 +194,17 @@ def all_gather_single(output: torch.Tensor, tensor: torch.Tensor, group=None) ->
     fn(output.view(-1), tensor.reshape(-1), group=group)  # flat: dim 0 then splits by rank
 
 
+def reduce_scatter_single(output: torch.Tensor, tensor: torch.Tensor, group=None) -> None:
+    """Sum `tensor` over every rank and keep this rank's slice of dim 0 in `output`, across torch
+    versions (torch 2.13 renamed reduce_scatter_tensor to reduce_scatter_single).
+
+    tensor `[P * n, ...]` on every rank; output `[n, ...]`: rows rank * n .. (rank + 1) * n - 1
+    of the sum.
+    """
+    fn = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+    fn(output.view(-1), tensor.reshape(-1), group=group)  # flat: dim 0 splits by rank
+
+
 # --- heartbeat: which communication call each rank is in ----------------------------------------
 
 class _Heartbeat:

@@ -5,7 +5,8 @@
 Each test builds the real `WanTransformer3DModel` (tiny, seeded) and compares the learner's
 piece against what the unparallelised model computes: the rotary rows of every shard against
 the whole table, the self-attention against diffusers' own processor inside a full forward, and
-the joined-text blocks against one joint softmax.
+the joined-text ring, both placements of the text, against one joint softmax and the bytes
+it must pass.
 """
 
 import pytest
@@ -14,7 +15,9 @@ import torch
 from cpcourse.attention import attention_with_lse, reference_attention
 from cpcourse.course.testing import assert_close
 from cpcourse.models import build, example_inputs
+from cpcourse.models.text_ring import STRATEGIES, text_ring
 from cpcourse.support.shards import shard_offsets, shard_sizes
+from cpcourse.support.tolerance import tolerance
 
 pytest.importorskip("diffusers")
 
@@ -79,27 +82,35 @@ def test_wan_cp_self_attention_equals_diffusers_processor(impl):
 
 
 @pytest.mark.ex("08.3")
-def test_joined_text_counted_once(impl):
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_text_counted_once_and_what_travels(impl, strategy, cases_rng):
     mod = impl("ex08_real_models")
-    gen = torch.Generator().manual_seed(0)
+    gen = torch.Generator().manual_seed(cases_rng.randrange(2**31))
     r = lambda *s: torch.randn(*s, generator=gen, dtype=torch.float64)  # noqa: E731
-    for world, length, n_text in ((1, 5, 3), (2, 9, 4), (3, 7, 7), (4, 13, 2)):
+    tol = tolerance("ring", "float64")
+    for world, length, n_text in ((1, 5, 3), (2, 9, 4), (3, 7, 7), (4, 13, 2), (5, 11, 6)):
         q, k, v = r(1, 2, length, 8), r(1, 2, length, 8), r(1, 2, length, 8)
-        tq, tk, tv = r(1, 2, n_text, 8), r(1, 2, n_text, 8), r(1, 2, n_text, 8)
-        want = reference_attention(torch.cat([q, tq], 2), torch.cat([k, tk], 2),
-                                   torch.cat([v, tv], 2))[0]
-        blocks = [mod.joined_text_kv(kr, vr, tk, tv, rank, world) for rank, (kr, vr) in
-                  enumerate(zip(torch.tensor_split(k, world, 2), torch.tensor_split(v, world, 2),
-                                strict=True))]
-        total = sum(b[0].shape[2] for b in blocks)
-        assert total == length + n_text, (
-            f"{world} ranks: the ring's blocks hold {total} keys in all, the video and text have "
-            f"{length} + {n_text}: each text key must be in exactly one block")
-        got = reference_attention(torch.cat([q, tq], 2), torch.cat([b[0] for b in blocks], 2),
-                                  torch.cat([b[1] for b in blocks], 2))[0]
-        assert_close(got, want, atol=1e-12, rtol=1e-12, dims=("B", "H", "L", "D"),
-                     name=f"joint attention over the {world} ranks' blocks",
-                     hint="one rank (the last) appends the text keys and values")
+        text = (r(1, 2, n_text, 8), r(1, 2, n_text, 8), r(1, 2, n_text, 8))
+        want = reference_attention(*(torch.cat([x, t], 2)
+                                     for x, t in zip((q, k, v), text, strict=True)))[0]
+        got = text_ring(q, k, v, text, world, mod.text_ring_step, strategy)
+        assert got.keys_met == [length + n_text] * world, (
+            f"{strategy}, {world} ranks: each rank's queries met {got.keys_met} keys over the "
+            f"ring, the video and text have {length} + {n_text}: each key exactly once")
+        for rows, ref, name in [(got.out, want[:, :, :length], "video rows"),
+                                *((t, want[:, :, length:], f"rank {i}'s text rows")
+                                  for i, t in enumerate(got.text_out))]:
+            assert_close(rows, ref, atol=tol, rtol=tol, dims=("B", "H", "L", "D"),
+                         name=f"{strategy}, {world} ranks: {name}",
+                         hint="every query meets each text key once, whatever the strategy")
+        kv_bytes = lambda t: 2 * t.numel() * t.element_size()  # noqa: E731  K and V alike
+        video_hops = (world - 1) * kv_bytes(k)
+        text_hops = 0 if strategy == "rear" else (world - 1) * kv_bytes(text[1])
+        assert sum(got.sent) == video_hops + text_hops, (
+            f"{strategy}, {world} ranks: the ranks passed {sum(got.sent):,} bytes in all; the "
+            f"video's K and V make {video_hops:,} over the {world - 1} hops"
+            + (" and no text byte may travel" if strategy == "rear" else
+               f", the text's {text_hops:,} when one block carries it every hop"))
 
 
 def _padded_gather(tokens, sizes):

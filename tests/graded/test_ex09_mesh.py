@@ -1,4 +1,4 @@
-"""Graded tests of notebook 09: CFG-parallel's step, a rank's place in the mesh, a TP MLP.
+"""Graded tests of notebook 09: CFG-parallel's step, a rank's place in the mesh, an SP MLP.
 
     python -m pytest tests/graded --ex 09.1 --impl solutions
 
@@ -6,8 +6,9 @@
 what it sends. 09.2 is checked in this process against `Layout.coords` and the groups
 `make_mesh` builds (DeviceMesh's rule: the slices of arange(world).view(cfg, ring, ulysses, tp)
 along each dim; tests/dist/test_mesh_groups.py holds that rule to live meshes), exhaustively for
-small worlds and for properties over random layouts. 09.3 runs on 4 ranks (one launch) split
-into two groups of 2 and one of 4, against the unsplit MLP in float64.
+small worlds and for properties over random layouts. 09.3 (the MLP under Megatron sequence
+parallelism) runs on 4 ranks (one launch) split into two groups of 2 and one of 4, against the
+unsplit MLP in float64, and counts its bytes against one all-reduce of the output.
 An untouched stub raising inside a rank comes back as launch's error, which the grader
 recognises as the stub's own.
 """
@@ -183,27 +184,28 @@ def test_groups_partition_the_world_and_shards_are_neighbours(impl, cfg, ring, u
         f"{layout}: a ring group's cp ranks step by the Ulysses degree, got {cps}")
 
 
-# --- 09.3 a column-parallel and a row-parallel layer ---------------------------------------------
+# --- 09.3 the MLP under Megatron sequence parallelism --------------------------------------------
 
-# (x shape, d, f, activation): the DiT's tanh GELU, exact GELU, and SiLU (use the mlp's own)
-MLP_CASES = [((3, 5, 6), 6, 20, "gelu-tanh"), ((2, 8), 8, 16, "gelu"),
-             ((1, 2, 3, 4), 4, 12, "silu")]
+# (tokens L, batch B, d, f, activation): the DiT's tanh GELU, exact GELU, and SiLU (the mlp's own)
+MLP_CASES = [(12, 1, 6, 20, "gelu-tanh"), (8, 2, 8, 16, "gelu"), (4, 3, 4, 12, "silu")]
 ACTS = {"gelu-tanh": lambda: torch.nn.GELU(approximate="tanh"), "gelu": torch.nn.GELU,
         "silu": torch.nn.SiLU}
 
 
 def _mlp(case: int):
-    shape, d, f, act = MLP_CASES[case]
+    """(x of all L tokens `[L, B, d]`, the mlp) of one case, seeded."""
+    length, batch, d, f, act = MLP_CASES[case]
     gen = torch.Generator().manual_seed(case)
     mlp = torch.nn.Sequential(torch.nn.Linear(d, f), ACTS[act](), torch.nn.Linear(f, d))
     with torch.no_grad():
         for p in mlp.parameters():
             p.copy_(torch.randn(p.shape, generator=gen) * 0.5)  # biases far from 0 on purpose
-    return torch.randn(*shape, generator=gen), mlp
+    return torch.randn(length, batch, d, generator=gen), mlp
 
 
-def tp_worker(impl_name):
-    """Each rank: the learner's MLP in groups of 2 ({0, 1}, {2, 3}) and of 4, with its traffic."""
+def sp_worker(impl_name):
+    """Each rank: the learner's SP MLP on its token shard, in groups of 2 ({0, 1}, {2, 3}) and
+    of 4, with its traffic."""
     import torch.distributed as dist
 
     from cpcourse.course import load
@@ -217,41 +219,43 @@ def tp_worker(impl_name):
     for tp, group in groups.items():
         for i in range(len(MLP_CASES)):
             x, mlp = _mlp(i)
+            shard = x.tensor_split(tp, dim=0)[dist.get_rank(group)]
             before = [p.clone() for p in mlp.parameters()]
             with torch.no_grad(), count_bytes() as sent:
-                got = mod.tp_mlp(x, mlp, group)
+                got = mod.sp_mlp(shard.clone(), mlp, group)
             same = all(torch.equal(a, b) for a, b in zip(before, mlp.parameters(), strict=True))
-            out.append({"tp": tp, "case": i, "got": got, "sent": sent.total,
-                        "ops": dict(sent.by_op), "weights_untouched": same})
+            out.append({"tp": tp, "tp_rank": dist.get_rank(group), "case": i, "got": got,
+                        "sent": sent.total, "ops": dict(sent.by_op), "weights_untouched": same})
     return out
 
 
 @pytest.mark.ex("09.3")
-def test_tp_mlp_equals_the_unsplit_mlp_on_2_and_4_ranks(impl, impl_name):
-    _stub_first(impl("ex09_mesh").tp_mlp, *_mlp(0), None)
-    runs = _launch("tp_worker", 4, (impl_name,))
+def test_sp_mlp_gives_each_rank_its_tokens_for_one_all_reduces_bytes(impl, impl_name):
+    _stub_first(impl("ex09_mesh").sp_mlp, *_mlp(0), None)
+    runs = _launch("sp_worker", 4, (impl_name,))
     for rank, rows in enumerate(runs):
         for r in rows:
-            shape, d, f, act = MLP_CASES[r["case"]]
+            length, batch, d, f, act = MLP_CASES[r["case"]]
             x, mlp = _mlp(r["case"])
             with torch.no_grad():
-                want = mlp.double()(x.double())
-            where = f"tp = {r['tp']}, rank {rank}, x {list(shape)}, d {d}, f {f}, {act}"
+                want = mlp.double()(x.double()).tensor_split(r["tp"], dim=0)[r["tp_rank"]]
+            where = f"T = {r['tp']}, rank {rank}, L {length}, B {batch}, d {d}, f {f}, {act}"
             got = r["got"]
             assert isinstance(got, torch.Tensor) and got.shape == want.shape, (
                 f"{where}: got {getattr(got, 'shape', type(got).__name__)}, want {list(want.shape)}"
-                " (the whole output, on every rank)")
+                " (this rank's tokens of the output, as x held them)")
             assert_close(got.double(), want, atol=2e-5, rtol=2e-5, name=f"MLP output, {where}",
-                         hint="mlp[0]'s rows and mlp[2]'s columns of this rank's hidden "
-                              "features, mlp[1] between them, one all-reduce (sum) of the "
-                              "partial outputs, mlp[2]'s bias added once, after the sum")
+                         dims=("L", "B", "d"),
+                         hint="every token meets this rank's hidden features; the partial sums "
+                              "of all ranks are added before this rank keeps its tokens, and "
+                              "mlp[2]'s bias belongs to the sum")
             assert r["weights_untouched"], f"{where}: the mlp's weights were changed in place"
-            payload = want.numel() * 4  # the float32 output [..., d]
-            allreduce = 2 * (r["tp"] - 1) * payload // r["tp"]
-            assert r["sent"] == allreduce and set(r["ops"]) == {"all_reduce"}, (
-                f"{where}: sent {r['sent']} bytes by {r['ops']}; one all-reduce of the output "
-                f"[..., d] sends {allreduce} (2 (T - 1) / T of {payload} bytes) and nothing else "
-                "moves: the hidden features never leave their rank")
+            allreduce = 2 * (r["tp"] - 1) * (length * batch * d * 4) // r["tp"]
+            assert r["sent"] == allreduce and "all_reduce" not in r["ops"], (
+                f"{where}: sent {r['sent']} bytes by {r['ops']}; the bytes of one all-reduce of "
+                f"the whole output [L, B, d] are {allreduce}, split over two collectives and no "
+                "all-reduce: what does the first layer need from the others, and what does "
+                "each rank need of the second layer's partial sums?")
 
 
 # --- 09.4 a layout for several nodes --------------------------------------------------------------
