@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex10_planning.py by tools/make_exercises.py
-# stub-sha256: 55196453c0e5249e (how the generator tells your edits from its output)
+# stub-sha256: 73649a48c3c6d6ef (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 10, planning a real deployment: three pieces of the planner, by you.
 
@@ -69,24 +69,24 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
     `cpcourse.support.layout.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of
     the link the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
     Every tensor is bf16 (2 bytes an element); tp splits each tensor's channels T ways.
-      ulysses  per layer four all-to-alls (q, k and v before the attention, its output after);
-               in each, a GPU keeps 1/U of its n x hidden / T tensor and sends the rest. The
-               attention waits for them: nothing hides them.
-      ring     per layer R - 1 hops; in each, a GPU sends the K and V of the block it holds
-               while it computes that block's attention (4 FLOPs per query-key pair per
-               channel), so a hop costs only the time it takes beyond that compute. Under USP
-               the ring runs after Ulysses' all-to-all: a block then has U times the GPU's
-               tokens and 1/U of its channels.
+      ulysses  per layer four all-to-alls over the U ranks of a Ulysses group (q, k and v
+               before the attention, its output after), each of the GPU's n x hidden / T
+               tensor, turning a token split into a head split and back. The attention cannot
+               start before the first three, nor the next layer before the last.
+      ring     per layer every ring rank's K/V block visits this GPU, one block per hop, while
+               it computes attention on the block it holds (4 FLOPs per query-key pair per
+               channel). Under USP the ring runs on what Ulysses' all-to-all produced.
+    How many bytes each collective takes out of this GPU, and which of them the GPU can spend
+    computing, is the exercise: the test compares with `cpcourse.planner.deployment.cost`.
     """
     # Exercise 10.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 10.2 comm_seconds: read notebook 10, \"What a layout sends\". Hint: "
-        "count bytes, then divide by the link. An all-to-all of U ranks keeps one "
-        "part in U and sends the other U - 1. A ring hop carries two tensors (K and "
-        "V) of one block; the same block's attention runs meanwhile, so only max(0, "
-        "hop - compute) is exposed. Under USP a block is n U tokens by hidden / (U T) "
-        "channels: its bytes do not depend on U, its compute grows with U squared "
-        "over U. (2 more: cpcourse.hint(\"10.2\"))"
+        "for each collective ask two questions. How much of the tensor must leave "
+        "this GPU (in an all-to-all of U ranks, which part stays)? And what is the "
+        "GPU doing while it travels: waiting, or computing something that does not "
+        "need it? Under USP, what shape is a ring block after the all-to-all (tokens, "
+        "channels)? (2 more: cpcourse.hint(\"10.2\"))"
     )
 
 

@@ -51,9 +51,9 @@ def forward_compute_seconds(model, tok, layout, block_params: float, matmul_flop
     # | (each needs the whole text), so CP does not divide them; TP does.
     # | hint2: HunyuanVideo 720p, 129 frames on 8 H100s as ring 2 x ulysses 4: N = 119,056 (the
     # | text is joined), n = ceil(119,056 / 8) = 14,882. Attention 60 x 4 x 14,882 x 119,056 x
-    # | 3,072 = 1.306e15 FLOPs at 0.35 x 989e12 FLOP/s = 3.77 s; linear 2 x 14,882 x 12.46e9 =
-    # | 3.71e14 FLOPs at 0.78 x 989e12 = 0.481 s. As tp 2 x ulysses 4 instead: n = 29,764 and
-    # | both divided by T = 2, the same seconds.
+    # | 3,072 = 1.306e15 FLOPs at 0.35 x 989e12 FLOP/s = 3.77 s; linear 2 x 14,882 x 6.79e9
+    # | (the weights a video token meets) = 2.02e14 FLOPs at 0.78 x 989e12 = 0.262 s. As tp 2 x
+    # | ulysses 4 instead: n = 29,764 and both divided by T = 2, the same seconds.
     # | hint3: n = math.ceil(N / (layout.ring * layout.ulysses)); t = layout.tp; linear = (2 * n
     # | * (block_params - k_x) + 2 * n_text * k_x) / t / matmul_flops with k_x = 0 without
     # | cross-attention; attention = layers * 4 * n * (N + n_text if cross else N) * hidden / t
@@ -80,22 +80,25 @@ def comm_seconds(n: int, hidden: int, layers: int, layout, ulysses_gbps: float,
     `cpcourse.support.layout.Layout`; ulysses_gbps, ring_gbps: effective GB/s, one direction, of
     the link the Ulysses group and the ring cross; attention_flops: the attention kernel's FLOP/s.
     Every tensor is bf16 (2 bytes an element); tp splits each tensor's channels T ways.
-      ulysses  per layer four all-to-alls (q, k and v before the attention, its output after);
-               in each, a GPU keeps 1/U of its n x hidden / T tensor and sends the rest. The
-               attention waits for them: nothing hides them.
-      ring     per layer R - 1 hops; in each, a GPU sends the K and V of the block it holds
-               while it computes that block's attention (4 FLOPs per query-key pair per
-               channel), so a hop costs only the time it takes beyond that compute. Under USP
-               the ring runs after Ulysses' all-to-all: a block then has U times the GPU's
-               tokens and 1/U of its channels.
+      ulysses  per layer four all-to-alls over the U ranks of a Ulysses group (q, k and v
+               before the attention, its output after), each of the GPU's n x hidden / T
+               tensor, turning a token split into a head split and back. The attention cannot
+               start before the first three, nor the next layer before the last.
+      ring     per layer every ring rank's K/V block visits this GPU, one block per hop, while
+               it computes attention on the block it holds (4 FLOPs per query-key pair per
+               channel). Under USP the ring runs on what Ulysses' all-to-all produced.
+    How many bytes each collective takes out of this GPU, and which of them the GPU can spend
+    computing, is the exercise: the test compares with `cpcourse.planner.deployment.cost`.
     """
     # BEGIN SOLUTION 10.2 | notebook 10, "What a layout sends"
-    # | hint: count bytes, then divide by the link. An all-to-all of U ranks keeps one part in
-    # | U and sends the other U - 1. A ring hop carries two tensors (K and V) of one block; the
-    # | same block's attention runs meanwhile, so only max(0, hop - compute) is exposed. Under
-    # | USP a block is n U tokens by hidden / (U T) channels: its bytes do not depend on U, its
-    # | compute grows with U squared over U.
-    # | hint2: Wan 2.1 1.3B (hidden 1,536, 30 layers) at 480p on 8 RTX 4090s as ring 8: n =
+    # | hint: for each collective ask two questions. How much of the tensor must leave this GPU
+    # | (in an all-to-all of U ranks, which part stays)? And what is the GPU doing while it
+    # | travels: waiting, or computing something that does not need it? Under USP, what shape
+    # | is a ring block after the all-to-all (tokens, channels)?
+    # | hint2: an all-to-all of U ranks keeps 1/U and sends (U - 1) / U; a ring hop carries K
+    # | and V of one block while that block's attention runs, so only max(0, hop - compute) is
+    # | exposed; under USP a block is n U tokens by hidden / (U T) channels. Wan 2.1 1.3B
+    # | (hidden 1,536, 30 layers) at 480p on 8 RTX 4090s as ring 8: n =
     # | 4,095 (an even split), a hop 2 x 4,095 x 1,536 x 2 B = 25.2 MB over the box's PCIe at
     # | 5.0 GB/s (no peer-to-peer: the planner's `pcie4-host` link) = 5.03 ms, the block's
     # | attention 4 x 4,095^2 x 1,536 FLOPs at 148.7 TFLOP/s = 0.693 ms: 4.34 ms exposed per
