@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex08_real_models.py by tools/make_exercises.py
-# stub-sha256: 8538bf3690ac36c8 (how the generator tells your edits from its output)
+# stub-sha256: 89d0fcf34ffcc149 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 08, CP on a real model: what you change inside diffusers' Wan.
 
@@ -47,19 +47,22 @@ def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
     `to_out`); hidden_states `[B, L_r, C]` (this rank's tokens); rotary_emb: the shard's
     (cos, sin), each `[1, L_r, 1, D]` with every angle stored twice (channels 2i and 2i+1).
     attend(q, k, v) takes and returns `[B, H, L_r, D]` (a ring or Ulysses in a real run).
-    Steps, as diffusers' WanAttnProcessor: project q, k, v; RMS-norm q and k (across heads);
-    split heads -> `[B, L_r, H, D]`; rotate q and k: for each channel pair (x1, x2) = (2i, 2i+1)
-    with c = cos[..., 2i] and s = sin[..., 2i + 1], out = (x1 c - x2 s, x1 s + x2 c); attend;
-    merge heads -> `[B, L_r, C]`; `to_out[0]` then `to_out[1]`. Returns `[B, L_r, C]`.
+    Returns `[B, L_r, C]`, equal to what diffusers' own processor gives for these tokens when
+    the softmax sees the whole video's keys.
+
+    The spec is diffusers' code: `WanAttnProcessor.__call__` in
+    `diffusers/models/transformers/transformer_wan.py` (print it with `inspect.getsource`), the
+    self-attention path (no `encoder_hidden_states`, no image branch). Which of its steps need
+    other ranks' tokens and which can run on this rank's alone is for you to decide; the
+    graded test runs yours inside the real model under CP and compares with one process.
     """
     # Exercise 08.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 08.2 wan_cp_self_attention: read notebook 08, \"The attention "
-        "processor\". Hint: everything but the softmax works token by token, so it "
-        "runs on the shard exactly as Wan runs it on the whole video: keep diffusers' "
-        "order (project, norm, split heads, rotate) and only hand the softmax to "
-        "`attend`, in the layout it wants. Check where the heads axis is before and "
-        "after the call. (2 more: cpcourse.hint(\"08.2\"))"
+        "processor\". Hint: read WanAttnProcessor.__call__ step by step and ask of "
+        "each: does this output token depend on any token but itself? (A norm across "
+        "a token's heads does not; a softmax over keys does.) What layout does "
+        "`attend` want, and where is the heads axis? (2 more: cpcourse.hint(\"08.2\"))"
     )
 
 

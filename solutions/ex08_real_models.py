@@ -57,17 +57,23 @@ def wan_cp_self_attention(attn, hidden_states, rotary_emb, attend):
     `to_out`); hidden_states `[B, L_r, C]` (this rank's tokens); rotary_emb: the shard's
     (cos, sin), each `[1, L_r, 1, D]` with every angle stored twice (channels 2i and 2i+1).
     attend(q, k, v) takes and returns `[B, H, L_r, D]` (a ring or Ulysses in a real run).
-    Steps, as diffusers' WanAttnProcessor: project q, k, v; RMS-norm q and k (across heads);
-    split heads -> `[B, L_r, H, D]`; rotate q and k: for each channel pair (x1, x2) = (2i, 2i+1)
-    with c = cos[..., 2i] and s = sin[..., 2i + 1], out = (x1 c - x2 s, x1 s + x2 c); attend;
-    merge heads -> `[B, L_r, C]`; `to_out[0]` then `to_out[1]`. Returns `[B, L_r, C]`.
+    Returns `[B, L_r, C]`, equal to what diffusers' own processor gives for these tokens when
+    the softmax sees the whole video's keys.
+
+    The spec is diffusers' code: `WanAttnProcessor.__call__` in
+    `diffusers/models/transformers/transformer_wan.py` (print it with `inspect.getsource`), the
+    self-attention path (no `encoder_hidden_states`, no image branch). Which of its steps need
+    other ranks' tokens and which can run on this rank's alone is for you to decide; the
+    graded test runs yours inside the real model under CP and compares with one process.
     """
     # BEGIN SOLUTION 08.2 | notebook 08, "The attention processor"
-    # | hint: everything but the softmax works token by token, so it runs on the shard exactly as
-    # | Wan runs it on the whole video: keep diffusers' order (project, norm, split heads, rotate)
-    # | and only hand the softmax to `attend`, in the layout it wants. Check where the heads axis
-    # | is before and after the call.
-    # | hint2: hidden_states [1, 40, 96] with 12 heads: q after to_q and norm_q is [1, 40, 96];
+    # | hint: read WanAttnProcessor.__call__ step by step and ask of each: does this output
+    # | token depend on any token but itself? (A norm across a token's heads does not; a softmax
+    # | over keys does.) What layout does `attend` want, and where is the heads axis?
+    # | hint2: everything but the softmax works token by token, so it runs on the shard as Wan
+    # | runs it on the whole video: project, RMS-norm q and k, split heads, rotate (pairs 2i,
+    # | 2i+1: c = cos[..., 2i], s = sin[..., 2i+1]), attend, merge heads, to_out[0], to_out[1].
+    # | hidden_states [1, 40, 96] with 12 heads: q after to_q and norm_q is [1, 40, 96];
     # | unflatten(2, (12, -1)) gives [1, 40, 12, 8]; attend wants [1, 12, 40, 8] (transpose(1, 2))
     # | and returns the same; transpose back, flatten(2, 3) to [1, 40, 96], then to_out.
     # | hint3: x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1); c, s = cos[..., 0::2], sin[..., 1::2];
