@@ -89,6 +89,9 @@ class CPContext:
     temporal_method: str = "all_to_all"
     full_method: str = "ring"
     mesh: object = None                      # a cpcourse.mesh DeviceMesh: USP over ring x ulysses
+    # (attention module, q, k, v) -> out, all [B, H, T_r, S, D]: replaces temporal / full
+    # attention's exact CP (`cpcourse.approx` attends to stale or missing remote tokens here)
+    attend: object = None
 
 
 def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
@@ -157,6 +160,8 @@ class Attention(nn.Module):
         k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
         if self.kind == "spatial":
             out = video.spatial_attention(q, k, v)
+        elif ctx.attend is not None:
+            out = ctx.attend(self, q, k, v)
         elif ctx.mesh is not None:  # USP over the mesh's ring x ulysses dims
             attend = video.full_attention_cp if self.kind == "full" else video.temporal_attention_cp
             out = attend(q, k, v, ctx.mesh, method="usp")
@@ -218,6 +223,15 @@ class TinyVideoDiT(nn.Module):
     def forward(self, tokens: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
                 ctx: CPContext | None = None) -> torch.Tensor:
         ctx = ctx or CPContext()
+        x, c = self.embed_inputs(tokens, t, y, ctx)
+        for block in self.blocks:
+            x = block(x, c, ctx)
+        return self.final_layer(x, c)
+
+    def embed_inputs(self, tokens: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
+                     ctx: CPContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens `[B, T_r, S, C*p*p]` -> (hidden states `[B, T_r, S, hidden]`, the
+        conditioning `[B, hidden]` every block's modulation reads)."""
         c = self.t_mlp(timestep_embedding(t, self.cfg.hidden).to(tokens.dtype))
         if self.cfg.num_motions:
             require(y.dim() == 2 and y.shape[1] == 2, "labels must be [B, 2] (shape, motion) "
@@ -232,8 +246,10 @@ class TinyVideoDiT(nn.Module):
             idx = torch.arange(ctx.frame_offset, ctx.frame_offset + x.shape[1], device=x.device)
             fe = self.frame_proj(frame_embedding(idx, self.cfg.hidden).to(x.dtype))
             x = x + fe[None, :, None]
-        for block in self.blocks:
-            x = block(x, c, ctx)
+        return x, c
+
+    def final_layer(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Hidden states `[B, T_r, S, hidden]` -> the prediction `[B, T_r, S, C*p*p]`."""
         shift, scale = self.final_ada(nn.functional.silu(c)).chunk(2, dim=-1)
         return self.out(_modulate(self.norm(x), shift, scale))
 
