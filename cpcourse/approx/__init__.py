@@ -13,7 +13,8 @@ sampler (`cpcourse.tinydit.sampling.sample`) drives:
     pipefusion  PipeFusion: layer stages over the ranks, M frame patches, a stale K/V buffer
     asyncdiff   AsyncDiff: block components over the ranks, each on last step's input
     fbcache     first-block cache: skip a step whose first block barely changed (all ranks agree)
-    rank        what each rank of `cpcourse generate --approx` runs; quality: PSNR
+    rank        what each rank of `cpcourse generate --approx` runs
+    costs       the bytes each rank sends per step, per method; quality: PSNR vs the exact clip
 
 The first `warmup` steps of every method are exact (synchronous); with warmup >= steps every
 method gives the exact clip.

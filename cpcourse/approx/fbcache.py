@@ -7,8 +7,9 @@ Each step runs the first block, then compares its output `[B, T_r, S, hidden]` w
 the relative L1 change sum|h - h_prev| / sum|h_prev|. Below `threshold`, the other blocks are
 skipped and the residual they added at the last step that ran them is added again (ParaAttention's
 first-block cache). Under CP each rank sees only its frames, so the two sums are all-reduced
-first (SUM, then divided: gloo has no ReduceOp.AVG, and a ratio of sums is the whole video's
-change exactly). A rank-local decision (`decide="local"`, the bug) lets one rank skip while
+first (SUM, then divided): a ratio of sums is the whole video's change exactly, which an
+average of the ranks' own ratios is not (and some gloo builds refuse ReduceOp.AVG; torch 2.13's
+averages). A rank-local decision (`decide="local"`, the bug) lets one rank skip while
 another runs its blocks: their collectives no longer pair up, and the run fails or hangs.
 Threshold 0 never skips: the uncached clip exactly.
 """

@@ -36,7 +36,8 @@ class PatchAttention:
     def __call__(self, module, q, k, v) -> torch.Tensor:
         """q, k, v `[B, H, T_r, S, D]` (this rank's frames) -> out `[B, H, T_r, S, D]`."""
         layer = self.layer_of[id(module)]
-        self.step += layer == 0
+        if layer == 0:
+            self.step += 1
         kv = torch.cat([k, v], dim=-1)  # one message per layer: [B, H, T_r, S, 2D]
         parts = self.gather(kv) if self.step < self.warmup else self.remote(layer, kv)
         self.after(layer, kv, parts)

@@ -30,7 +30,7 @@ class ApproxRequest:
     """A checked `cpcourse generate --approx` run: the plain request and the method's knobs."""
 
     run: GenerateRequest
-    approx: str          # "exact" (with a cache only) or one of METHODS
+    approx: str          # "exact" (all-gather CP: the reference row) or one of METHODS
     warmup: int
     patches: int
     cache: str | None
@@ -49,7 +49,7 @@ def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=
                  steps=None, cfg_scale=None) -> ApproxRequest:
     """The arguments as an ApproxRequest, or an InputError naming the parameter."""
     require(approx is not None or cache is not None, "give `approx` or `cache`")
-    require(approx is None or approx in METHODS,
+    require(approx is None or approx in ("exact", *METHODS),  # exact: all-gather CP
             f"approx must be one of {', '.join(METHODS)}, got {approx!r}")
     require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     require(split == "time", "split space is not built yet: the approximate methods split the "
@@ -128,3 +128,20 @@ def run_approx(nproc: int, seed: int = 0, *, compare: bool = False, timeout: flo
     results = launch_approx(request, timeout=timeout, stream=stream)
     clip, report = approx_report(request, results, compare)
     return {"clip": clip, "latents": clip_latents(request, results), "report": report}
+
+
+def approx_clips(request: ApproxRequest, cases, timeout: float = 600.0) -> list[dict]:
+    """Several clips in one launch: `cases` [[label, seed], ...] -> per clip {"clip" [T, 3, H, W],
+    "bytes_per_step" (the busiest rank), "exposed_comm_seconds", "steps_skipped"}."""
+    from cpcourse.tinydit.training import to_clip
+
+    results = launch_approx(request, cases=cases, timeout=timeout)
+    steps = request.run.steps
+    out = []
+    for i in range(len(cases)):
+        per = [r["clips"][i] for r in results]
+        out.append({"clip": to_clip(clip_latents(request, results, i)),
+                    "bytes_per_step": max(p["bytes"] for p in per) / steps,
+                    "exposed_comm_seconds": max(p["exposed_seconds"] for p in per),
+                    "steps_skipped": per[0]["steps_skipped"]})
+    return out
