@@ -155,3 +155,20 @@ def test_a_rank_local_cache_decision_fails_in_one_line_within_the_timeout(runs):
         launch("cpcourse.approx.rank:approx_rank", 2, timeout=20, args=(spec,), stream=False)
     assert "\n" not in info.value.summary()
 
+
+
+def test_the_command_line_reports_every_key(capsys):
+    import json
+
+    from cpcourse.cli import main
+
+    assert main(["generate", "--approx", "displaced", "--warmup", "1", "--steps", str(STEPS),
+                 "--compare", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    keys = ("approx", "warmup", "steps", "psnr_vs_exact", "max_abs_diff_vs_exact",
+            "matches_prompt", "track", "bytes_per_step", "exposed_comm_seconds", "steps_skipped")
+    assert [k for k in keys if k not in report] == []
+    assert report["approx"] == "displaced" and report["steps"] == STEPS
+    req = _request(2, "naive")
+    assert report["bytes_per_step"] == bytes_per_step("displaced", req.run.cfg, req.run.shape,
+                                                      2, 0, 0)
