@@ -23,8 +23,8 @@ from cpcourse.approx.patches import PatchAttention
 class DisplacedAttention(PatchAttention):
     """`stale[layer]`: every rank's K/V of that layer from the step before (once received)."""
 
-    def __init__(self, model, group, warmup: int):
-        super().__init__(model, group, warmup)
+    def __init__(self, model, group, warmup: int, split: str = "time"):
+        super().__init__(model, group, warmup, split)
         self.stale: dict[int, list] = {}
         self.pending: dict[int, tuple] = {}   # layer -> (work, buffers) of the gather in flight
 

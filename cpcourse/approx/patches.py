@@ -2,13 +2,14 @@
 
     cpcourse generate --prompt circle-right --nproc 2 --approx naive --compare --json
 
-A rank holds frames [t0, t0 + T_r) of the latent (a temporal split, as exact CP). Under full 3D
-attention its queries `[B, H, T_r, S, D]` need every rank's keys and values. `PatchAttention` is
-the `CPContext.attend` hook the model calls in each attention layer: during the warm-up it
-all-gathers the fresh K/V (exact: the all-gather form of CP), afterwards it asks the method for
-the other ranks' K/V (`remote`), which may be stale or missing. `ExactAttention` never stops
-gathering: the exact reference the cache and the benchmark run on. `exposed` counts the seconds a
-rank waited on communication.
+A rank holds frames [t0, t0 + T_r) of the latent (a temporal split, as exact CP), or with
+`split="space"` the token rows [y0, y0 + h_r) of every frame (DistriFusion's row split). Under
+full 3D attention its queries `[B, H, T_r, S, D]` need every rank's keys and values.
+`PatchAttention` is the `CPContext.attend` hook the model calls in each attention layer: during
+the warm-up it all-gathers the fresh K/V (exact: the all-gather form of CP), afterwards it asks
+the method for the other ranks' K/V (`remote`), which may be stale or missing. `ExactAttention`
+never stops gathering: the exact reference the cache and the benchmark run on. `exposed` counts
+the seconds a rank waited on communication.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class PatchAttention:
     """`CPContext.attend` for a rank's frames. `model`: the TinyVideoDiT (to number its attention
     layers), `warmup`: synchronous steps. A step starts when layer 0 is called."""
 
-    def __init__(self, model, group, warmup: int):
+    def __init__(self, model, group, warmup: int, split: str = "time"):
+        self.dim = 2 if split == "time" else 3  # frames, or rows of tokens (S is row-major)
         self.layer_of = {id(a): i for i, a in enumerate(
             a for b in model.blocks for a in b.attns if a.kind != "spatial")}
         self.group, self.warmup = group, warmup
@@ -41,9 +43,9 @@ class PatchAttention:
         kv = torch.cat([k, v], dim=-1)  # one message per layer: [B, H, T_r, S, 2D]
         parts = self.gather(kv) if self.step < self.warmup else self.remote(layer, kv)
         self.after(layer, kv, parts)
-        # Frames in rank order: a missing rank (None) is left out, the rest keep their places.
+        # Shards in rank order: a missing rank (None) is left out, the rest keep their places.
         keys = torch.cat([kv if r == self.rank else p for r, p in enumerate(parts)
-                          if p is not None], dim=2)
+                          if p is not None], dim=self.dim)
         k_all, v_all = keys.split(k.shape[-1], dim=-1)
         out, _ = attention_with_lse(flatten_video(q), flatten_video(k_all), flatten_video(v_all))
         return out.reshape(q.shape)
@@ -68,7 +70,8 @@ class PatchAttention:
 
 
 class ExactAttention(PatchAttention):
-    """All-gather CP at every step: the exact clip, for the cache and as the benchmark's row."""
+    """All-gather CP at every step: the exact clip, for the cache and as the benchmark's row
+    (`warmup` is ignored: every step is synchronous)."""
 
-    def __init__(self, model, group):
-        super().__init__(model, group, warmup=float("inf"))
+    def __init__(self, model, group, warmup: int = 0, split: str = "time"):
+        super().__init__(model, group, float("inf"), split)

@@ -4,10 +4,11 @@ clips, with the bytes it sent and the seconds it waited on communication.
     cpcourse generate --prompt circle-right --nproc 2 --approx displaced --warmup 1 --json
 
 `approx_rank(spec)` takes the spec of `cpcourse.runs.generate` plus `approx` ("exact", or one of
-`METHODS`), `warmup`, `patches`, `cache` (None or "fbcache"), `cache_threshold`, `cache_decide`
-and `cases` ([[label, seed], ...]: several clips in one launch, for the benchmark). The patch
-methods (exact, naive, displaced, and the cache) hold the rank's frames `[B, C, T_r, Hl, Wl]`;
-pipefusion and asyncdiff hold the whole latent on every rank.
+`METHODS`), `warmup`, `patches`, `cache` (None or "fbcache"), `cache_threshold`, `cache_decide`,
+`split` and `cases` ([[label, seed], ...]: several clips in one launch, for the benchmark). The
+patch methods (exact, naive, displaced, and the cache) hold the rank's frames `[B, C, T_r, Hl,
+Wl]`; pipefusion and asyncdiff hold the whole latent on every rank. `split` "space" gives the
+patch methods bands of token rows `[B, C, T, Hl/P, Wl]` instead of frames.
 """
 
 from __future__ import annotations
@@ -50,12 +51,17 @@ def _one_clip(model, spec: dict, label, seed: int) -> dict:
                   if method == "pipefusion" else AsyncDiffDiT(model, group, spec["warmup"]))
         ctx, waits = CPContext(grid=grid), runner
     else:
-        noise = torch.tensor_split(noise, world, dim=2)[rank].contiguous()
-        waits = (ExactAttention(model, group) if method == "exact" else
-                 {"naive": NaiveAttention, "displaced": DisplacedAttention}[method](
-                     model, group, spec["warmup"]))
-        ctx = CPContext(group=group, frame_offset=frame_offset(t, rank, world), grid=grid,
-                        attend=waits)
+        split = spec.get("split", "time")
+        noise = torch.tensor_split(noise, world, dim=2 if split == "time" else 3)[rank]
+        attention = {"exact": ExactAttention, "naive": NaiveAttention,
+                     "displaced": DisplacedAttention}[method]
+        waits = attention(model, group, spec["warmup"], split)
+        rows = noise.shape[3] // model.cfg.patch  # this rank's token rows
+        ctx = (CPContext(group=group, frame_offset=frame_offset(t, rank, world), grid=grid,
+                         attend=waits) if split == "time" else
+               CPContext(group=group, grid=(rows, grid[1]), row_offset=rank * rows,
+                         attend=waits))
+        noise = noise.contiguous()
         runner = model if spec.get("cache") is None else FirstBlockCache(
             model, group, spec["cache_threshold"], spec.get("cache_decide", "global"))
     times: list[float] = []

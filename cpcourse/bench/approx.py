@@ -48,7 +48,8 @@ def _row(name: str, warmup, results: list[dict], names: list[str], exact: list) 
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.runs.approx import approx_clips, check_approx
+    from cpcourse.approx.rank import WHOLE_VIDEO
+    from cpcourse.runs.approx import SPLITS, approx_clips, check_approx
     from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import SAMPLE_STEPS, check_eval_seeds, to_clip
@@ -59,28 +60,34 @@ def main(argv: list[str]) -> int:
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--warmups", default="0,1,2", help="warm-ups to run each method at")
     p.add_argument("--thresholds", default="0.1,0.2", help="first-block cache thresholds")
+    p.add_argument("--split", choices=SPLITS, default="time",
+                   help="what a patch method's rank holds: frames (time) or rows (space; "
+                        "pipefusion and asyncdiff split the model and keep to time)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args(argv)
     seeds = check_eval_seeds("--seeds", args.seeds)
     warmups = _numbers("--warmups", args.warmups, int)
     thresholds = _numbers("--thresholds", args.thresholds, float)
     knobs = dict(prompt=PROMPTS[0], steps=positive_int("--steps", args.steps))
-    plan = [("exact", 0, check_approx(args.nproc, approx="exact", **knobs))]
-    plan += [(m, w, check_approx(args.nproc, approx=m, warmup=w, **knobs))
+    split = dict(knobs, split=args.split)
+    plan = [("exact", 0, check_approx(args.nproc, approx="exact", **split))]
+    plan += [(m, w, check_approx(args.nproc, approx=m, warmup=w,
+                                 **(knobs if m in WHOLE_VIDEO else split)))
              for m in METHODS for w in warmups]
     plan += [(f"fbcache {t:g}", 0, check_approx(args.nproc, cache="fbcache", cache_threshold=t,
-                                                 **knobs)) for t in thresholds]
+                                                 **split)) for t in thresholds]
     names = [name for name in PROMPTS for _ in range(seeds)]
     cases = [[list(parse_prompt(name)), s] for name in PROMPTS for s in range(seeds)]
     spec = plan[0][2].run.rank_spec()
     exact = [to_clip(single_process_sample({**spec, "label": c, "seed": s})) for c, s in cases]
     rows = [_row(name, w, approx_clips(req, cases), names, exact) for name, w, req in plan]
-    report = {"nproc": args.nproc, "steps": knobs["steps"], "seeds": seeds,
+    report = {"nproc": args.nproc, "steps": knobs["steps"], "seeds": seeds, "split": args.split,
               "clips_per_row": len(cases), "rows": rows}
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
-    print(f"{len(cases)} clips per row, {knobs['steps']} steps, {args.nproc} ranks")
+    print(f"{len(cases)} clips per row, {knobs['steps']} steps, {args.nproc} ranks, split "
+          f"{args.split} (pipefusion and asyncdiff: time)")
     print(f"  {'method':14s} {'W':>2s} {'direction':>9s} {'present':>8s} {'PSNR dB':>8s} "
           f"{'kB/step':>8s} {'waited s':>8s} {'skipped':>7s}")
     for r in rows:

@@ -106,7 +106,7 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
               "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
               "parallel": "windows", "approx": "trained", "warmup": "approx",
-              "patches": "pipefusion", "split": "approx", "cache": "trained",
+              "patches": "pipefusion", "split": "approximate", "cache": "trained",
               "cache_threshold": "cache"}
 
 
@@ -130,6 +130,8 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
             "windows": (windows and args.window is not None, "--window W (a long video from "
                         "overlapping windows)"),
             "approx": (clips and args.approx is not None, "--approx METHOD"),
+            "approximate": (clips and (args.approx is not None or args.cache is not None),
+                            "--approx METHOD or --cache fbcache"),
             "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
             "cache": (clips and args.cache is not None, "--cache fbcache")}
 

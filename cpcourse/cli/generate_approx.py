@@ -26,7 +26,7 @@ def main_approx(parser, args) -> int:
     for dest in NOT_HERE:
         if given(parser, args, dest):
             raise InputError(f"{option(parser, dest)} has no effect with --approx or --cache: "
-                             "they sample the shipped model's clip, split by frames")
+                             "they sample the shipped model's clip, split by --split")
     timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
                              high=3600)
     check_outputs(args)

@@ -36,12 +36,13 @@ class ApproxRequest:
     cache: str | None
     cache_threshold: float
     cache_decide: str
+    split: str = "time"
 
     def rank_spec(self, cases=None) -> dict:
         return {**self.run.rank_spec(), "approx": self.approx, "warmup": self.warmup,
                 "patches": self.patches, "cache": self.cache,
                 "cache_threshold": self.cache_threshold, "cache_decide": self.cache_decide,
-                "cases": cases}
+                "split": self.split, "cases": cases}
 
 
 def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=0, patches=None,
@@ -52,14 +53,16 @@ def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=
     require(approx is None or approx in ("exact", *METHODS),  # exact: all-gather CP
             f"approx must be one of {', '.join(METHODS)}, got {approx!r}")
     require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    require(split == "time", "split space is not built yet: the approximate methods split the "
-            "frames (use split=time)")
+    require(split == "time" or approx not in WHOLE_VIDEO, f"split space: {approx} splits "
+            "the model, not the video (pipefusion's patches are whole frames, asyncdiff holds "
+            "the whole latent): use split=time")
     run = check_request(nproc, seed, prompt=prompt, steps=steps, cfg_scale=cfg_scale)
     require(run.cfg.attention == "full", "the approximate methods replace full 3D attention: "
             "these weights use factored attention")
-    frames = run.shape[2]
-    require(frames % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does not "
-            f"divide the {frames} latent frames: the patch methods all-gather equal shards")
+    frames, rows = run.shape[2], run.shape[3] // run.cfg.patch
+    parts = (frames, "latent frames") if split == "time" else (rows, "rows of tokens")
+    require(parts[0] % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does not "
+            f"divide the {parts[0]} {parts[1]}: the patch methods all-gather equal shards")
     warmup = positive_int("warmup", warmup, allow_zero=True)
     if approx in WHOLE_VIDEO:
         require(run.nproc <= run.cfg.depth, f"nproc {run.nproc}: {approx} gives each rank at "
@@ -77,7 +80,8 @@ def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=
                                                                  cache_threshold)
     require(threshold >= 0, f"cache_threshold {threshold}: a relative change, at least 0")
     return ApproxRequest(run=run, approx=approx or "exact", warmup=warmup, patches=patches,
-                         cache=cache, cache_threshold=threshold, cache_decide=cache_decide)
+                         cache=cache, cache_threshold=threshold, cache_decide=cache_decide,
+                         split=split)
 
 
 def launch_approx(request: ApproxRequest, cases=None, timeout: float = 120.0, stream=False):
@@ -89,10 +93,12 @@ def launch_approx(request: ApproxRequest, cases=None, timeout: float = 120.0, st
 
 
 def clip_latents(request: ApproxRequest, results, i: int = 0) -> torch.Tensor:
-    """Clip i's latents `[B, C, T, Hl, Wl]`: rank 0's whole video, or every rank's frames."""
+    """Clip i's latents `[B, C, T, Hl, Wl]`: rank 0's whole video, or every rank's frames (or
+    rows)."""
     if request.approx in WHOLE_VIDEO:
         return results[0]["clips"][i]["frames"]
-    return torch.cat([r["clips"][i]["frames"] for r in results], dim=2)
+    return torch.cat([r["clips"][i]["frames"] for r in results],
+                     dim=2 if request.split == "time" else 3)
 
 
 def approx_report(request: ApproxRequest, results, compare: bool = False) -> tuple:
@@ -106,8 +112,9 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
     clip = to_clip(clip_latents(request, results))
     per = [r["clips"][0] for r in results]
     report = {"approx": request.approx, "warmup": request.warmup, "steps": run.steps,
-              "nproc": run.nproc, "seed": run.seed, "patches": request.patches
-              if request.approx == "pipefusion" else None, "cache": request.cache,
+              "nproc": run.nproc, "seed": run.seed, "split": request.split,
+              "patches": request.patches if request.approx == "pipefusion" else None,
+              "cache": request.cache,
               "cache_threshold": request.cache_threshold if request.cache else None,
               "bytes_per_step": max(p["bytes"] for p in per) / run.steps,
               "bytes_per_step_per_rank": [p["bytes"] / run.steps for p in per],

@@ -86,6 +86,7 @@ class CPContext:
     group: object = None
     frame_offset: int = 0
     grid: tuple[int, int] = (1, 1)           # (height, width) in tokens: S = h * w
+    row_offset: int = 0                      # the grid's first row (a rank holding a band of rows)
     temporal_method: str = "all_to_all"
     full_method: str = "ring"
     mesh: object = None                      # a cpcourse.mesh DeviceMesh: USP over ring x ulysses
@@ -156,8 +157,8 @@ class Attention(nn.Module):
         h, d = self.heads, self.cfg.head_dim
         # [B, T, S, 3*hidden] -> 3 x [B, H, T, S, D]
         q, k, v = self.qkv(x).view(b, t, s, 3, h, d).permute(3, 0, 4, 1, 2, 5).unbind(0)
-        q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset)
-        k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
+        q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset, row_offset=ctx.row_offset)
+        k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset, row_offset=ctx.row_offset)
         if self.kind == "spatial":
             out = video.spatial_attention(q, k, v)
         elif ctx.attend is not None:

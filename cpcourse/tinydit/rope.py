@@ -35,12 +35,14 @@ def _freqs(pairs: int, base: float) -> torch.Tensor:
 
 
 def rope_angles(frames: int, height: int, width: int, head_dim: int, frame_offset: int = 0,
-                base: float = 10000.0) -> torch.Tensor:
+                base: float = 10000.0, row_offset: int = 0) -> torch.Tensor:
     """Angles `[T, S, D/2]` (float64) for frames `frame_offset .. frame_offset + frames - 1`
-    of an `height x width` token grid (S = height * width, (y, x) row-major)."""
+    of an `height x width` token grid (S = height * width, (y, x) row-major) whose first row is
+    global row `row_offset` (a rank holding a band of rows)."""
     pt, ph, pw = rope_split(head_dim)
     t = torch.arange(frame_offset, frame_offset + frames, dtype=torch.float64)
-    y = torch.arange(height, dtype=torch.float64).repeat_interleave(width)
+    y = torch.arange(row_offset, row_offset + height,
+                     dtype=torch.float64).repeat_interleave(width)
     x = torch.arange(width, dtype=torch.float64).repeat(height)
     a_t = (t[:, None] * _freqs(pt, base))[:, None, :].expand(frames, height * width, pt)
     a_y = (y[:, None] * _freqs(ph, base))[None].expand(frames, -1, -1)
@@ -59,7 +61,7 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
 
 
 def rope_3d(x: torch.Tensor, height: int, width: int, frame_offset: int = 0,
-            base: float = 10000.0) -> torch.Tensor:
+            base: float = 10000.0, row_offset: int = 0) -> torch.Tensor:
     """3D rotary on a video `[B, H, T_r, S, D]` whose first frame is global frame `frame_offset`.
 
     Under CP pass `frame_offset = cpcourse.video.frame_offset(T, rank, P)`; then the shards of
@@ -68,4 +70,5 @@ def rope_3d(x: torch.Tensor, height: int, width: int, frame_offset: int = 0,
     require(x.dim() == 5, f"x must be [B, H, T, S, D], got {tuple(x.shape)}")
     require(x.shape[3] == height * width,
             f"S = {x.shape[3]} tokens per frame but height * width = {height * width}")
-    return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset, base))
+    return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset, base,
+                                     row_offset))

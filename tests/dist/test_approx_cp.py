@@ -24,34 +24,38 @@ pytestmark = pytest.mark.dist
 STEPS = 3
 
 
-def _request(nproc, approx=None, warmup=0, cache=None, threshold=None, seed=0):
+def _request(nproc, approx=None, warmup=0, cache=None, threshold=None, seed=0, split="time"):
     return check_approx(nproc, seed, prompt="circle-right", approx=approx, warmup=warmup,
-                        cache=cache, cache_threshold=threshold, steps=STEPS,
+                        cache=cache, cache_threshold=threshold, steps=STEPS, split=split,
                         patches=2 if approx == "pipefusion" else None)
 
 
 def many(specs, record_layer=0):
-    """Each spec's `approx_rank`; the displaced runs also return, for one layer, the K/V each
-    step computed (`fresh`) and the other ranks' K/V it attended to (`used`)."""
+    """Each spec's `approx_rank`; for each displaced run also, for one layer, the K/V each step
+    computed (`fresh`) and the other ranks' K/V it attended to (`used`)."""
     import cpcourse.approx.rank as rank_mod
     from cpcourse.approx.displaced import DisplacedAttention
 
-    log = {"fresh": {}, "used": {}}
+    logs = []
 
     class Recording(DisplacedAttention):
         def remote(self, layer, kv):
             parts = super().remote(layer, kv)
             if layer == record_layer:
-                log["used"][self.step] = [None if p is None else p.clone() for p in parts]
+                logs[-1]["used"][self.step] = [None if p is None else p.clone() for p in parts]
             return parts
 
         def after(self, layer, kv, parts):
             if layer == record_layer:
-                log["fresh"][self.step] = kv.clone()
+                logs[-1]["fresh"][self.step] = kv.clone()
             super().after(layer, kv, parts)
 
     rank_mod.DisplacedAttention = Recording
-    return [rank_mod.approx_rank(s) for s in specs], log
+    results = []
+    for spec in specs:
+        logs.append({"fresh": {}, "used": {}})
+        results.append(rank_mod.approx_rank(spec))
+    return results, logs
 
 
 def _specs(nproc, cases):
@@ -60,6 +64,8 @@ def _specs(nproc, cases):
 
 CASES2 = ([{"approx": m, "warmup": STEPS} for m in METHODS]
           + [{"approx": m, "warmup": 1} for m in METHODS]
+          + [{"approx": m, "warmup": w, "split": "space"} for m, w in (("displaced", STEPS),
+                                                                       ("naive", 1))]
           + [{"cache": "fbcache", "threshold": 0.0}, {"cache": "fbcache", "threshold": 1e9}])
 
 
@@ -84,7 +90,9 @@ def _limit():
 
 def test_full_warmup_is_the_exact_clip_for_every_method(runs, exact_clip):
     results = runs[0]
-    for i, case in enumerate(CASES2[:len(METHODS)]):
+    for i, case in enumerate(CASES2):
+        if case.get("warmup") != STEPS:
+            continue
         diff = compare(_clip(case, results, i), exact_clip)["max_abs_diff_vs_exact"]
         assert diff <= _limit(), (case, diff)
 
@@ -107,7 +115,8 @@ def test_warmup_one_is_not_exact_and_sends_what_the_formula_says(runs, exact_cli
 def test_displaced_attends_to_exactly_the_previous_steps_kv(runs):
     """Warm-up 1: at step s >= 1 the other rank's K/V a rank attends to are that rank's K/V
     of step s - 1, bit for bit, and not those of step s."""
-    logs = runs[1]
+    i = CASES2.index({"approx": "displaced", "warmup": 1})
+    logs = [per_rank[i] for per_rank in runs[1]]
     for r, log in enumerate(logs):
         other = 1 - r
         assert 0 not in log["used"], "step 0 is the warm-up: gathered, not read from the buffer"

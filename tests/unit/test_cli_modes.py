@@ -41,6 +41,7 @@ TABLES = {
                   "plain_cp": (["--layout", "ring=2"], []),
                   "windows": ([], ["--window", "4"]),
                   "approx": ([], ["--approx", "naive"]),
+                  "approximate": ([], ["--cache", "fbcache"]),
                   "pipefusion": (["--approx", "naive"], ["--approx", "pipefusion"]),
                   "cache": ([], ["--cache", "fbcache"])}),
     "vae": (vae.build_parser, vae.MODE_FLAGS, vae.mode_conditions, ["--arch", "wan"], {}),
