@@ -14,6 +14,9 @@ shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--li
 the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
 random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
+`--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`, `--patches`, `--split`) and
+`--cache fbcache` sample by an approximate method instead, `--compare` then against the exact
+clip (`cpcourse.cli.generate_approx`, `cpcourse.approx`).
 This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
 """
 
