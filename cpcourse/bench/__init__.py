@@ -8,6 +8,7 @@
     cpcourse bench windows --json         # long videos: flat memory, seams, exactness
     cpcourse bench mesh --json            # CFG-parallel vs CFG in one process; each mesh dim
     cpcourse bench vae --json             # the VAE decode on 2 ranks vs one process
+    cpcourse bench approx --json          # approximate CP: motion, PSNR and bytes per method
     cpcourse bench gpu --json             # the prepared GPU check (--dry-run: on the CPU)
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
@@ -29,6 +30,7 @@ BENCHMARKS = {
     "windows": "long videos: memory and time vs length, seams, both parallel modes exact",
     "mesh": "CFG-parallel on 2 ranks vs CFG in one process; ring, ulysses, tp at 2 ranks",
     "vae": "the VAE decode split over 2 ranks vs one process: time and peak per rank",
+    "approx": "approximate CP (naive, displaced, pipefusion, asyncdiff, fbcache) vs exact",
     "gpu": "the prepared GPU check: CUDA tests, kernel rates, real-size models vs the planner",
 }
 

@@ -16,6 +16,9 @@ random` is the seeded random DiT of the exactness tests: `--label` conditions it
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
 `--causal` streams the chunk-causal model instead (`cpcourse.cli.generate_causal`): chunk after
 chunk, the finished ones in a KV cache laid out under CP as `--kv-cache` says.
+`--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`, `--patches`, `--split`) and
+`--cache fbcache` sample by an approximate method instead, `--compare` then against the exact
+clip (`cpcourse.cli.generate_approx`, `cpcourse.approx`).
 This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
 """
 
@@ -24,7 +27,9 @@ from __future__ import annotations
 import argparse
 import json
 
+from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
@@ -80,6 +85,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", choices=("independent", "freenoise"), default="independent")
     p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
                    help="whole windows per rank (windows), or each window under CP (cp)")
+    p.add_argument("--approx", choices=METHODS, default=None,
+                   help="approximate CP: stale or missing remote activations (--compare: vs exact)")
+    p.add_argument("--warmup", type=int, default=None,
+                   help="--approx: synchronous (exact) steps first (default 0)")
+    p.add_argument("--patches", type=int, default=None,
+                   help="--approx pipefusion: frame patches through the stages (default 2)")
+    p.add_argument("--split", choices=SPLITS, default=None,
+                   help="--approx: what a rank holds, frames (time, the default) or rows")
+    p.add_argument("--cache", choices=CACHES, default=None,
+                   help="skip steps whose first block barely changed (exact CP, naive, displaced)")
+    p.add_argument("--cache-threshold", type=float, default=None,
+                   help="--cache: relative L1 change of the first block below which a step is "
+                        "skipped (default 0: never)")
     p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
     p.add_argument("--causal", action="store_true",
                    help="stream chunk after chunk from the chunk-causal model, with a KV cache")
@@ -100,7 +118,9 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "prompt": "trained", "label": "random", "attention": "random_clip",
               "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
               "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
-              "parallel": "windows"}
+              "parallel": "windows", "approx": "trained", "warmup": "approx",
+              "patches": "pipefusion", "split": "approximate", "cache": "trained",
+              "cache_threshold": "cache"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -127,7 +147,12 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
                          "--causal and no --layout (under a layout attention runs USP over its "
                          "ring and ulysses dims)"),
             "windows": (windows and args.window is not None, "--window W (a long video from "
-                        "overlapping windows)")}
+                        "overlapping windows)"),
+            "approx": (clips and args.approx is not None, "--approx METHOD"),
+            "approximate": (clips and (args.approx is not None or args.cache is not None),
+                            "--approx METHOD or --cache fbcache"),
+            "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
+            "cache": (clips and args.cache is not None, "--cache fbcache")}
 
 
 def main(argv: list[str]) -> int:
@@ -142,8 +167,15 @@ def main(argv: list[str]) -> int:
     if args.list_prompts:
         print(json.dumps({"prompts": list(PROMPTS)}) if args.json else "\n".join(PROMPTS))
         return 0
+    if args.causal and (args.approx is not None or args.cache is not None):
+        parser.error("--causal streams the chunk-causal model exactly; --approx and --cache "
+                     "sample the bidirectional one approximately: choose one")
     if args.causal:
         return main_causal(args)
+    if args.approx is not None or args.cache is not None:
+        from cpcourse.cli.generate_approx import main_approx
+
+        return main_approx(parser, args)
     if args.window is not None:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)

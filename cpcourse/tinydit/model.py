@@ -86,13 +86,16 @@ class CPContext:
     group: object = None
     frame_offset: int = 0
     grid: tuple[int, int] = (1, 1)           # (height, width) in tokens: S = h * w
+    row_offset: int = 0                      # the grid's first row (a rank holding a band of rows)
     temporal_method: str = "all_to_all"
     full_method: str = "ring"
     mesh: object = None                      # a cpcourse.mesh DeviceMesh: USP over ring x ulysses
-    # Streaming (cpcourse.tinydit.causal): `attend(layer, q, k, v)` replaces the temporal / full
-    # attention (q, k, v `[B, H, T_r, S_r, D]` after rotary; `layer` the Attention module, so a
-    # KV cache can be kept per layer); `positions` long `[T_r, S_r, 3]`, the (t, y, x) of each
-    # token held, for a rank holding a piece of a frame. None: frames from `frame_offset`.
+    # `attend(layer, q, k, v) -> out`, all `[B, H, T_r, S_r, D]` after rotary, replaces the
+    # temporal / full attention's exact CP; `layer` is the Attention module, so a hook can keep
+    # state per layer: a KV cache (streaming, `cpcourse.tinydit.streaming`) or stale remote
+    # K/V (`cpcourse.approx`). `positions` long `[T_r, S_r, 3]`: the (t, y, x) of each token
+    # held, for a rank holding a piece of a frame; None: frames from `frame_offset`, rows from
+    # `row_offset`.
     attend: object = None
     positions: object = None
 
@@ -160,8 +163,8 @@ class Attention(nn.Module):
         # [B, T, S, 3*hidden] -> 3 x [B, H, T, S, D]
         q, k, v = self.qkv(x).view(b, t, s, 3, h, d).permute(3, 0, 4, 1, 2, 5).unbind(0)
         if ctx.positions is None:
-            q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset)
-            k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset)
+            q = rope_3d(q, *ctx.grid, frame_offset=ctx.frame_offset, row_offset=ctx.row_offset)
+            k = rope_3d(k, *ctx.grid, frame_offset=ctx.frame_offset, row_offset=ctx.row_offset)
         else:
             angles = rope_angles_at(ctx.positions, d)
             q, k = apply_rope(q, angles), apply_rope(k, angles)
@@ -230,6 +233,15 @@ class TinyVideoDiT(nn.Module):
     def forward(self, tokens: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
                 ctx: CPContext | None = None) -> torch.Tensor:
         ctx = ctx or CPContext()
+        x, c = self.embed_inputs(tokens, t, y, ctx)
+        for block in self.blocks:
+            x = block(x, c, ctx)
+        return self.final_layer(x, c)
+
+    def embed_inputs(self, tokens: torch.Tensor, t: torch.Tensor, y: torch.Tensor,
+                     ctx: CPContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tokens `[B, T_r, S, C*p*p]` -> (hidden states `[B, T_r, S, hidden]`, the
+        conditioning `[B, hidden]` every block's modulation reads)."""
         c = self.t_mlp(timestep_embedding(t, self.cfg.hidden).to(tokens.dtype))
         if self.cfg.num_motions:
             require(y.dim() == 2 and y.shape[1] == 2, "labels must be [B, 2] (shape, motion) "
@@ -245,8 +257,10 @@ class TinyVideoDiT(nn.Module):
                    [:, None] if ctx.positions is None else ctx.positions[..., 0])  # [T_r, 1|S_r]
             fe = self.frame_proj(frame_embedding(idx.flatten(), self.cfg.hidden).to(x.dtype))
             x = x + fe.view(1, *idx.shape, -1)
-        for block in self.blocks:
-            x = block(x, c, ctx)
+        return x, c
+
+    def final_layer(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """Hidden states `[B, T_r, S, hidden]` -> the prediction `[B, T_r, S, C*p*p]`."""
         shift, scale = self.final_ada(nn.functional.silu(c)).chunk(2, dim=-1)
         return self.out(_modulate(self.norm(x), shift, scale))
 

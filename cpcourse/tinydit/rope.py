@@ -35,11 +35,12 @@ def _freqs(pairs: int, base: float) -> torch.Tensor:
 
 
 def rope_angles(frames: int, height: int, width: int, head_dim: int, frame_offset: int = 0,
-                base: float = 10000.0) -> torch.Tensor:
+                base: float = 10000.0, row_offset: int = 0) -> torch.Tensor:
     """Angles `[T, S, D/2]` (float64) for frames `frame_offset .. frame_offset + frames - 1`
-    of an `height x width` token grid (S = height * width, (y, x) row-major)."""
+    of an `height x width` token grid (S = height * width, (y, x) row-major) whose first row is
+    global row `row_offset` (a rank holding a band of rows)."""
     t = torch.arange(frame_offset, frame_offset + frames)
-    y = torch.arange(height).repeat_interleave(width)
+    y = torch.arange(row_offset, row_offset + height).repeat_interleave(width)
     x = torch.arange(width).repeat(height)
     grid = torch.stack([t[:, None].expand(-1, height * width), y[None].expand(frames, -1),
                         x[None].expand(frames, -1)], dim=-1)
@@ -66,7 +67,7 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
 
 
 def rope_3d(x: torch.Tensor, height: int, width: int, frame_offset: int = 0,
-            base: float = 10000.0) -> torch.Tensor:
+            base: float = 10000.0, row_offset: int = 0) -> torch.Tensor:
     """3D rotary on a video `[B, H, T_r, S, D]` whose first frame is global frame `frame_offset`.
 
     Under CP pass `frame_offset = cpcourse.video.frame_offset(T, rank, P)`; then the shards of
@@ -75,4 +76,5 @@ def rope_3d(x: torch.Tensor, height: int, width: int, frame_offset: int = 0,
     require(x.dim() == 5, f"x must be [B, H, T, S, D], got {tuple(x.shape)}")
     require(x.shape[3] == height * width,
             f"S = {x.shape[3]} tokens per frame but height * width = {height * width}")
-    return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset, base))
+    return apply_rope(x, rope_angles(x.shape[2], height, width, x.shape[-1], frame_offset, base,
+                                     row_offset))

@@ -8,9 +8,9 @@ valid, boundary and hostile values (0, -1, 2**63, nan, inf, 1e308, 1e-320, "", w
 and calls the command in-process. Whatever it draws, the command either succeeds with one JSON
 object that strict parsers accept (no NaN, no Infinity) or fails with status 2 and exactly one
 line on stderr; no exception escapes and no call runs for long. The commands that start
-processes (demo, generate in each mode, models, vae, bench ring|models|launch|windows|mesh|vae) get
-hostile values only: they must refuse before any process starts. Derandomized, so CI sees
-the same examples every run.
+processes (demo, generate in each mode, models, vae, bench
+ring|models|launch|windows|mesh|vae|approx) get hostile values only: they must refuse before
+any process starts. Derandomized, so CI sees the same examples every run.
 """
 
 from __future__ import annotations
@@ -86,6 +86,10 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
                                      "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
              "generate --causal": {**_refused("--nproc", "--chunk", "--steps", "--timeout"),
                                    "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
+             "generate --approx displaced": {**_refused("--nproc", "--steps", "--timeout"),
+                                             "--warmup": ["-1", "nan", "abc", ""]},
+             "generate --approx pipefusion": _refused("--patches"),
+             "generate --cache fbcache": {"--cache-threshold": ["-1", "nan", "inf", "abc", ""]},
              "generate --layout cfg=2": {**_refused("--frames", "--steps", "--timeout"),
                                          "--seed": SEEDS_REFUSED},
              "models --arch wan": {**_refused("--nproc", "--frames", "--height", "--width",
@@ -99,6 +103,9 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "bench ring": _refused("--nproc", "--seq-len", "--heads", "--repeats"),
              "bench models": _refused("--nproc", "--frames", "--size", "--timeout"),
              "bench launch": _refused("--nproc", "--repeats"),
+             "bench approx": {**_refused("--seeds", "--steps", "--nproc"),
+                              "--warmups": ["-1", "abc", "", "1,x"],
+                              "--thresholds": ["-1", "nan", "abc", ""]},
              "bench windows": _refused("--window", "--stride", "--seeds", "--steps"),
              "bench mesh": _refused("--frames", "--size", "--hidden", "--depth", "--steps",
                                     "--repeats")}

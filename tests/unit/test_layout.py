@@ -5,7 +5,8 @@
 Ranks, lowest first (README "Layout"): `support` < the concept modules at the top of `cpcourse/`,
 in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
 tensor parallelism < the mesh < video and the block-causal `causal` chapter) < the chapters
-`tinydit`, `models`, `planner` and the machinery `launch` < `course`, `viz` and `runs` (what
+`tinydit`, `models`, `planner` and the machinery `launch` < `approx` (approximate parallel
+sampling of the tiny DiT) < `course`, `viz` and `runs` (what
 runs an experiment on P ranks) < `bench` (which only measures) < `cli`. A module may import
 its own chapter (its package, or itself) or any chapter of a lower rank; never a sibling chapter
 of the same rank, never a higher one, and no chain of imports comes back to where it started.
@@ -30,10 +31,11 @@ RANKS = {
     "mesh": 4,
     "video": 5, "causal": 5,
     "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
-    "course": 7, "viz": 7, "runs": 7,
-    "bench": 8,
-    "cli": 9,
-    "__main__": 10,  # `python -m cpcourse` runs the command line
+    "approx": 7,
+    "course": 8, "viz": 8, "runs": 8,
+    "bench": 9,
+    "cli": 10,
+    "__main__": 11,  # `python -m cpcourse` runs the command line
 }
 
 

@@ -1,0 +1,75 @@
+"""What each rank of `cpcourse generate --approx` (and `--cache`) runs: one method, one or more
+clips, with the bytes it sent and the seconds it waited on communication.
+
+    cpcourse generate --prompt circle-right --nproc 2 --approx displaced --warmup 1 --json
+
+`approx_rank(spec)` takes the spec of `cpcourse.runs.generate` plus `approx` ("exact", or one of
+`METHODS`), `warmup`, `patches`, `cache` (None or "fbcache"), `cache_threshold`, `cache_decide`,
+`split` and `cases` ([[label, seed], ...]: several clips in one launch, for the benchmark). The
+patch methods (exact, naive, displaced, and the cache) hold the rank's frames `[B, C, T_r, Hl,
+Wl]`; pipefusion and asyncdiff hold the whole latent on every rank. `split` "space" gives the
+patch methods bands of token rows `[B, C, T, Hl/P, Wl]` instead of frames.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from cpcourse.approx.asyncdiff import AsyncDiffDiT
+from cpcourse.approx.displaced import DisplacedAttention
+from cpcourse.approx.fbcache import FirstBlockCache
+from cpcourse.approx.naive import NaiveAttention
+from cpcourse.approx.patches import ExactAttention
+from cpcourse.approx.pipefusion import PipeFusionDiT
+from cpcourse.support.bytecount import count_bytes
+from cpcourse.support.dtypes import torch_dtype
+from cpcourse.tinydit.model import CPContext
+from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
+from cpcourse.video import frame_offset
+
+WHOLE_VIDEO = ("pipefusion", "asyncdiff")  # every rank holds (and returns) the whole latent
+
+
+def approx_rank(spec: dict) -> dict:
+    """This rank's clips: {"rank", "clips": [{"frames", "bytes", "exposed_seconds",
+    "steps_skipped", "changes", "local_changes", "step_seconds"}, ...]}."""
+    model = spec_model(spec)
+    cases = spec.get("cases") or [[spec["label"], spec["seed"]]]
+    return {"rank": dist.get_rank(), "clips": [_one_clip(model, spec, label, seed)
+                                               for label, seed in cases]}
+
+
+def _one_clip(model, spec: dict, label, seed: int) -> dict:
+    rank, world, group = dist.get_rank(), dist.get_world_size(), dist.group.WORLD
+    method = spec["approx"]
+    b, c, t, hl, wl = spec["shape"]
+    grid = (hl // model.cfg.patch, wl // model.cfg.patch)
+    noise = initial_noise(tuple(spec["shape"]), seed, torch_dtype(spec["dtype"]))
+    if method in WHOLE_VIDEO:
+        runner = (PipeFusionDiT(model, group, spec["warmup"], spec["patches"])
+                  if method == "pipefusion" else AsyncDiffDiT(model, group, spec["warmup"]))
+        ctx, waits = CPContext(grid=grid), runner
+    else:
+        split = spec.get("split", "time")
+        noise = torch.tensor_split(noise, world, dim=2 if split == "time" else 3)[rank]
+        attention = {"exact": ExactAttention, "naive": NaiveAttention,
+                     "displaced": DisplacedAttention}[method]
+        waits = attention(model, group, spec["warmup"], split)
+        rows = noise.shape[3] // model.cfg.patch  # this rank's token rows
+        ctx = (CPContext(group=group, frame_offset=frame_offset(t, rank, world), grid=grid,
+                         attend=waits) if split == "time" else
+               CPContext(group=group, grid=(rows, grid[1]), row_offset=rank * rows,
+                         attend=waits))
+        noise = noise.contiguous()
+        runner = model if spec.get("cache") is None else FirstBlockCache(
+            model, group, spec["cache_threshold"], spec.get("cache_decide", "global"))
+    times: list[float] = []
+    with count_bytes() as sent:
+        frames = sample(runner, noise, label, spec["steps"], spec["cfg_scale"], ctx, times)
+        waits.close()
+    cached = isinstance(runner, FirstBlockCache)
+    return {"frames": frames, "bytes": sent.total, "exposed_seconds": waits.exposed,
+            "step_seconds": times, "steps_skipped": runner.skipped if cached else 0,
+            "changes": runner.changes if cached else [],
+            "local_changes": runner.local_changes if cached else []}

@@ -1,0 +1,56 @@
+"""`cpcourse generate --approx` and `--cache`: a clip from approximate CP, against the exact one.
+
+    cpcourse generate --prompt circle-right --nproc 2 --approx displaced --warmup 1 --compare --json
+
+Parses nothing itself: `cpcourse.cli.generate` hands over its arguments. Flags that choose how
+exact CP runs, or the clip's size, have no effect here and are refused before anything starts.
+The run is `cpcourse.runs.approx.run_approx`.
+"""
+
+from __future__ import annotations
+
+import json
+
+from cpcourse.support.errors import InputError, positive_float
+from cpcourse.support.modes import given, option
+
+# What an approximate run does not take: exact CP's methods, meshes, windows, other sizes.
+NOT_HERE = ("weights", "layout", "temporal", "full", "compare_to", "window", "stride", "blend",
+            "noise", "parallel", "frames", "height", "width", "dtype", "label", "attention")
+
+
+def main_approx(parser, args) -> int:
+    from cpcourse.cli.clip_files import check_outputs, write_outputs
+    from cpcourse.runs.approx import approx_report, check_approx, launch_approx
+
+    for dest in NOT_HERE:
+        if given(parser, args, dest):
+            raise InputError(f"{option(parser, dest)} has no effect with --approx or --cache: "
+                             "they sample the shipped model's clip, split by --split")
+    timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
+                             high=3600)
+    check_outputs(args)
+    request = check_approx(
+        2 if args.nproc is None else args.nproc, args.seed, prompt=args.prompt,
+        approx=args.approx, warmup=0 if args.warmup is None else args.warmup,
+        patches=args.patches, split=args.split or "time", cache=args.cache,
+        cache_threshold=args.cache_threshold, steps=args.steps, cfg_scale=args.cfg)
+    results = launch_approx(request, timeout=timeout, stream=not args.json)
+    clip, report = approx_report(request, results, compare=args.compare)
+    write_outputs(args, {"report": report, "clip": clip}, clip)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    tr = report["track"]
+    print(f"sampled '{report['prompt']}' with {report['approx']} (warm-up {report['warmup']} of "
+          f"{report['steps']} steps) on {report['nproc']} processes: a {tr['shape']} moving "
+          f"{tr['direction']} ({'matches' if report['matches_prompt'] else 'does NOT match'} "
+          f"the prompt)")
+    print(f"  sent {report['bytes_per_step'] / 1e3:.1f} kB per step (the busiest rank), waited "
+          f"{report['exposed_comm_seconds']:.3f} s on communication, skipped "
+          f"{report['steps_skipped']} steps")
+    if args.compare:
+        psnr = report["psnr_vs_exact"]
+        print(f"  vs the exact clip: PSNR {'inf' if psnr is None else f'{psnr:.1f}'} dB, max "
+              f"|difference| {report['max_abs_diff_vs_exact']:.3g}")
+    return 0

@@ -1,0 +1,64 @@
+"""`cpcourse generate --approx` and `--cache` refuse bad input in one line before any process
+starts, and the quality and byte formulas behave at their edges.
+
+    python -m pytest tests/unit/test_approx.py -q
+"""
+
+from __future__ import annotations
+
+from unittest import mock
+
+import pytest
+import torch
+
+from cpcourse.approx.costs import bytes_per_step
+from cpcourse.approx.quality import compare, psnr
+from cpcourse.cli import main
+from cpcourse.tinydit.training import shapes_config
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--approx", "bogus"], "--approx: invalid choice"),
+    (["--approx", "displaced", "--warmup", "-1"], "--warmup must be >= 0"),
+    (["--approx", "pipefusion", "--patches", "9"], "--patches 9"),
+    (["--approx", "naive", "--patches", "3"], "--patches has no effect here"),
+    (["--approx", "asyncdiff", "--split", "space"], "asyncdiff splits the model, not the video"),
+    (["--approx", "naive", "--split", "space", "--nproc", "3"], "the 4 rows of tokens"),
+    (["--approx", "naive", "--layout", "cfg=2"], "--layout has no effect with --approx"),
+    (["--approx", "naive", "--weights", "random"], "--approx has no effect here"),
+    (["--cache-threshold", "0.1"], "--cache-threshold has no effect here"),
+    (["--cache", "fbcache", "--approx", "asyncdiff"], "not of asyncdiff"),
+    (["--approx", "naive", "--nproc", "3"], "--nproc 3 does not divide"),
+    (["--approx", "asyncdiff", "--nproc", "7"], "--nproc 7: asyncdiff gives each rank"),
+])
+def test_refusals_are_one_line_before_any_process(argv, says, capsys):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("started processes before refusing")
+
+    with mock.patch("cpcourse.launch.launcher.subprocess.Popen", no_launch):
+        assert main(["generate", *argv, "--json"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err
+
+
+def test_psnr_is_none_for_identical_clips_and_falls_with_the_error(cases_rng):
+    gen = torch.Generator().manual_seed(cases_rng.randrange(2**31))
+    clip = torch.rand(8, 3, 32, 32, generator=gen)
+    assert psnr(clip, clip) is None
+    noise = 0.01 * torch.randn(clip.shape, generator=gen)
+    near, far = compare(clip + noise, clip), compare(clip + 10 * noise, clip)
+    assert near["psnr_vs_exact"] == pytest.approx(far["psnr_vs_exact"] + 20, abs=1e-6)
+    assert far["max_abs_diff_vs_exact"] == pytest.approx(10 * near["max_abs_diff_vs_exact"])
+
+
+def test_one_rank_sends_nothing_and_the_methods_send_less_than_exact_cp():
+    cfg, shape = shapes_config(), (1, 3, 8, 32, 32)
+    exact = bytes_per_step("exact", cfg, shape, 2, 0, 0)
+    assert all(bytes_per_step(m, cfg, shape, 1, 0, 0) == 0 for m in ("exact", "pipefusion"))
+    assert bytes_per_step("naive", cfg, shape, 2, 0, 5, warmup=5) == 0
+    assert bytes_per_step("naive", cfg, shape, 2, 0, 4, warmup=5) == exact
+    assert bytes_per_step("displaced", cfg, shape, 2, 1, 7) == exact
+    for m in ("pipefusion", "asyncdiff"):
+        assert max(bytes_per_step(m, cfg, shape, 2, r, 0) for r in (0, 1)) < exact / 3, m
+    with pytest.raises(ValueError):
+        bytes_per_step("bogus", cfg, shape, 2, 0, 0)
