@@ -15,6 +15,7 @@ sampler (`cpcourse.tinydit.sampling.sample`) drives:
     fbcache     first-block cache: skip a step whose first block barely changed (all ranks agree)
     rank        what each rank of `cpcourse generate --approx` runs
     costs       the bytes each rank sends per step, per method; quality: PSNR vs the exact clip
+    projection  the same traffic on a real model and GPU link: what each method leaves exposed
 
 The first `warmup` steps of every method are exact (synchronous); with warmup >= steps every
 method gives the exact clip.

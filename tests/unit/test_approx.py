@@ -62,3 +62,30 @@ def test_one_rank_sends_nothing_and_the_methods_send_less_than_exact_cp():
         assert max(bytes_per_step(m, cfg, shape, 2, r, 0) for r in (0, 1)) < exact / 3, m
     with pytest.raises(ValueError):
         bytes_per_step("bogus", cfg, shape, 2, 0, 0)
+
+
+@pytest.mark.parametrize("gpu", ["h100", "rtx4090"])
+def test_projection_hides_what_overlaps_and_exposes_what_blocks(gpu):
+    from cpcourse.approx.projection import project
+
+    r = project("wan2.1-t2v-14b", gpu, 8)
+    meth, compute = r["methods"], r["compute_seconds"]
+    assert meth["exact"]["bytes_per_step"] == meth["displaced"]["bytes_per_step"] \
+        == meth["ring"]["bytes_per_step"]               # the same K/V, sent three ways
+    assert meth["exact"]["exposed_seconds"] == meth["exact"]["comm_seconds"]
+    for m in ("displaced", "asyncdiff", "pipefusion"):
+        assert meth[m]["exposed_seconds"] == pytest.approx(
+            max(0.0, meth[m]["comm_seconds"] - compute))
+    assert meth["naive"]["bytes_per_step"] == 0
+    assert meth["pipefusion"]["bytes_per_step"] < meth["asyncdiff"]["bytes_per_step"] \
+        < meth["exact"]["bytes_per_step"]
+    assert meth["displaced"]["exposed_seconds"] <= meth["ring"]["exposed_seconds"] \
+        <= meth["exact"]["exposed_seconds"]
+
+
+def test_projection_needs_two_gpus():
+    from cpcourse.approx.projection import project
+    from cpcourse.support.errors import InputError
+
+    with pytest.raises(InputError, match="at least 2"):
+        project("wan2.1-t2v-14b", "h100", 1)
