@@ -40,6 +40,11 @@ def approx_rank(spec: dict) -> dict:
                                                for label, seed in cases]}
 
 
+def approx_ranks(specs: list[dict]) -> list[dict]:
+    """`approx_rank` of each spec in turn, in one launch (a notebook's whole sweep)."""
+    return [approx_rank(spec) for spec in specs]
+
+
 def _one_clip(model, spec: dict, label, seed: int) -> dict:
     rank, world, group = dist.get_rank(), dist.get_world_size(), dist.group.WORLD
     method = spec["approx"]

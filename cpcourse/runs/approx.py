@@ -139,16 +139,35 @@ def run_approx(nproc: int, seed: int = 0, *, compare: bool = False, timeout: flo
 
 def approx_clips(request: ApproxRequest, cases, timeout: float = 600.0) -> list[dict]:
     """Several clips in one launch: `cases` [[label, seed], ...] -> per clip {"clip" [T, 3, H, W],
-    "bytes_per_step" (the busiest rank), "exposed_comm_seconds", "steps_skipped"}."""
+    "bytes_per_step" (the busiest rank), "exposed_comm_seconds", "steps_skipped", and the
+    cache's "changes" (all-reduced, rank 0's list) and "local_changes" (one list per rank)}."""
+    return _clips(request, launch_approx(request, cases=cases, timeout=timeout), len(cases))
+
+
+def approx_sweep(requests: list[ApproxRequest], cases, timeout: float = 600.0) -> list[list]:
+    """`approx_clips` of every request, all in ONE launch (they must share nproc): process
+    start-up, not sampling, is most of a small launch's time."""
+    from cpcourse.launch import launch
+
+    nproc = requests[0].run.nproc
+    require(all(r.run.nproc == nproc for r in requests), "every request must use the same nproc")
+    out = launch("cpcourse.approx.rank:approx_ranks", nproc, timeout=timeout,
+                 args=([r.rank_spec(cases) for r in requests],), stream=False)
+    return [_clips(req, [ranks[i] for ranks in out], len(cases))
+            for i, req in enumerate(requests)]
+
+
+def _clips(request: ApproxRequest, results, n: int) -> list[dict]:
     from cpcourse.tinydit.training import to_clip
 
-    results = launch_approx(request, cases=cases, timeout=timeout)
     steps = request.run.steps
     out = []
-    for i in range(len(cases)):
+    for i in range(n):
         per = [r["clips"][i] for r in results]
         out.append({"clip": to_clip(clip_latents(request, results, i)),
                     "bytes_per_step": max(p["bytes"] for p in per) / steps,
                     "exposed_comm_seconds": max(p["exposed_seconds"] for p in per),
-                    "steps_skipped": per[0]["steps_skipped"]})
+                    "steps_skipped": per[0]["steps_skipped"],
+                    "changes": per[0]["changes"],
+                    "local_changes": [p["local_changes"] for p in per]})
     return out
