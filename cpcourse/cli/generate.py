@@ -77,6 +77,15 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also sample in this process and report the largest difference")
     p.add_argument("--compare-to", default=None,
                    help="a file an earlier --save wrote: report the largest difference")
+    _long_video_flags(p)
+    _approx_flags(p)
+    p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
+    _causal_flags(p)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def _long_video_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--window", type=int, default=None,
                    help="long video: denoise overlapping windows of W frames and blend them")
     p.add_argument("--stride", type=int, default=None,
@@ -85,6 +94,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--noise", choices=("independent", "freenoise"), default="independent")
     p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
                    help="whole windows per rank (windows), or each window under CP (cp)")
+
+
+def _approx_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--approx", choices=METHODS, default=None,
                    help="approximate CP: stale or missing remote activations (--compare: vs exact)")
     p.add_argument("--warmup", type=int, default=None,
@@ -98,15 +110,15 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-threshold", type=float, default=None,
                    help="--cache: relative L1 change of the first block below which a step is "
                         "skipped (default 0: never)")
-    p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
+
+
+def _causal_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal", action="store_true",
                    help="stream chunk after chunk from the chunk-causal model, with a KV cache")
     p.add_argument("--kv-cache", choices=DESIGNS, default=None,
                    help="with --causal: where the cache lives under CP (default pass-q)")
     p.add_argument("--chunk", type=int, default=None,
                    help="with --causal: frames per chunk (default: the model's, 2)")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
