@@ -137,19 +137,9 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     require(not released or m.released_dtypes is not None, f"released: no released dtypes "
             f"are recorded for {m.id}, so the plan would be the bf16 one: drop released")
     tok = model_tokens(model_id, height, width, frames)
-    gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
-    require(gpus <= MAX_WORLD, f"gpus {gpus}: the planner lays out at most {MAX_WORLD} "
-            f"GPUs: use {MAX_WORLD} or fewer")
-    require(gpus % nodes == 0, f"gpus {gpus} do not split evenly over nodes={nodes}")
-    steps = positive_int("steps", 50 if steps is None else steps)
-    require(steps <= 10000, f"steps {steps}: use at most 10000")
+    gpus, nodes, steps = _checked_counts(gpus, nodes, steps)
     g = get_gpu(gpu)
-    kernel = default_kernel(g.id) if kernel == "auto" else kernel
-    require(kernel in KERNELS, f"kernel must be auto or one of {', '.join(KERNELS)}, got "
-            f"{kernel!r}")
-    eff, _ = kernel_efficiency(g.id, kernel)
-    require(eff is not None, f"kernel {kernel} has no published rate on {g.arch} GPUs like the "
-            f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
+    kernel = _checked_kernel(g, kernel)
     per_node = gpus // nodes
     args = (m, tok, g.id)
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
@@ -188,6 +178,28 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                 invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
                          if not c["valid"]],
                 alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
+
+
+def _checked_counts(gpus, nodes, steps) -> tuple[int, int, int]:
+    """`plan`'s GPU, node and step counts, or an InputError naming the one to change."""
+    gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
+    require(gpus <= MAX_WORLD, f"gpus {gpus}: the planner lays out at most {MAX_WORLD} "
+            f"GPUs: use {MAX_WORLD} or fewer")
+    require(gpus % nodes == 0, f"gpus {gpus} do not split evenly over nodes={nodes}")
+    steps = positive_int("steps", 50 if steps is None else steps)
+    require(steps <= 10000, f"steps {steps}: use at most 10000")
+    return gpus, nodes, steps
+
+
+def _checked_kernel(g, kernel: str) -> str:
+    """The attention kernel `plan` prices on GPU `g` ("auto": its default), checked."""
+    kernel = default_kernel(g.id) if kernel == "auto" else kernel
+    require(kernel in KERNELS, f"kernel must be auto or one of {', '.join(KERNELS)}, got "
+            f"{kernel!r}")
+    eff, _ = kernel_efficiency(g.id, kernel)
+    require(eff is not None, f"kernel {kernel} has no published rate on {g.arch} GPUs like the "
+            f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
+    return kernel
 
 
 def _memory_line(c: dict, g) -> str:
