@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.cpcourse-installed
 PORT   ?= 8888
 NPROC  ?= 4
 
-.PHONY: setup lab test test-fast demo gpu exercises notebooks lint clean-venv
+.PHONY: setup lab test test-fast demo gpu exercises notebooks lint clean-venv book
 
 setup: $(STAMP)
 
@@ -54,3 +54,13 @@ lint: setup
 
 clean-venv:
 	rm -rf $(VENV)
+
+# The course as a website (book/conf.py): every notebook executed on its untouched stubs, with
+# its outputs, into _build/html (open _build/html/index.html). Execution is cached in
+# _build/.jupyter_cache: a rebuild re-runs only notebooks whose code changed.
+# BOOK_NOTEBOOKS=00_token_explosion,07_tiny_dit_under_cp builds a subset.
+book: setup
+	CPCOURSE_IMPL=exercises CPCOURSE_ROOT=$(CURDIR) IPYTHONDIR=$(CURDIR)/book/ipython \
+	OMP_NUM_THREADS=1 MPLBACKEND=module://matplotlib_inline.backend_inline \
+	$(VENV)/bin/sphinx-build -q -c book . _build/html
+	@echo "open _build/html/index.html"
