@@ -4,12 +4,13 @@
 
 Every prompt at seeds 0 .. N-1 is sampled exactly (one process: the reference) and then on P
 ranks by each method at each warm-up, by all-gather CP (the exact row) and by the first-block
-cache at each threshold; one launch per row samples all its clips. Per row: the fraction of clips
-moving the prompt's direction (`cpcourse.tinydit.moving_shapes.track`), the mean fraction of
-frames with exactly one object, the mean PSNR against the exact clip (identical clips count as
-`PSNR_CAP` dB), the busiest rank's bytes per step, the seconds it waited on communication per
-clip, and the steps the cache skipped. On a CPU communication is a few per cent of compute, so
-wall time says little: the bytes and the exposed seconds are what to read.
+cache at each threshold, every row's clips in one launch (`runs.approx.approx_sweep`). Per
+row: the fraction of clips moving the prompt's direction
+(`cpcourse.tinydit.moving_shapes.track`), the mean fraction of frames with exactly one object,
+the mean PSNR against the exact clip (identical clips count as `PSNR_CAP` dB), the busiest
+rank's bytes per step, the seconds it waited on communication per clip, and the steps the cache
+skipped. On a CPU communication is a few per cent of compute, so wall time says little: the
+bytes and the exposed seconds are what to read.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ def _row(name: str, warmup, results: list[dict], names: list[str], exact: list) 
 
 def main(argv: list[str]) -> int:
     from cpcourse.approx.rank import WHOLE_VIDEO
-    from cpcourse.runs.approx import SPLITS, approx_clips, check_approx
+    from cpcourse.runs.approx import SPLITS, approx_sweep, check_approx
     from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import SAMPLE_STEPS, check_eval_seeds, to_clip
@@ -80,7 +81,10 @@ def main(argv: list[str]) -> int:
     cases = [[list(parse_prompt(name)), s] for name in PROMPTS for s in range(seeds)]
     spec = plan[0][2].run.rank_spec()
     exact = [to_clip(single_process_sample({**spec, "label": c, "seed": s})) for c, s in cases]
-    rows = [_row(name, w, approx_clips(req, cases), names, exact) for name, w, req in plan]
+    # every row's clips in one launch: start-up, not sampling, is most of a small launch
+    sweep = approx_sweep([req for _, _, req in plan], cases)
+    rows = [_row(name, w, clips, names, exact) for (name, w, _), clips in zip(plan, sweep,
+                                                                             strict=True)]
     report = {"nproc": args.nproc, "steps": knobs["steps"], "seeds": seeds, "split": args.split,
               "clips_per_row": len(cases), "rows": rows}
     if args.json:
