@@ -40,7 +40,7 @@ from cpcourse.support.groups import (
     require_group,
 )
 from cpcourse.support.layout import DIMS, Layout, check_layout, divisors
-from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
+from cpcourse.ulysses import heads_to_seq, seq_to_heads
 
 
 def _short_timeout(backend: str):
@@ -128,13 +128,13 @@ def usp_attention(q, k, v, mesh, scale=None):
                          f" heads this rank holds: choose ulysses from "
                          f"{', '.join(map(str, divisors(q.shape[1])))}")
     lens = [s[2] for s in agree(u_group, q=q)["q"]]
-    qh, kh, vh = _seq_to_heads(torch.stack([q, k, v]), lens, u_group, "q, k, v")
+    qh, kh, vh = seq_to_heads(torch.stack([q, k, v]), lens, u_group, "q, k, v")
     if ring > 1:
         out = ring_attention(qh, kh, vh, group=ring_group, scale=scale)
     else:
         out = attention_with_lse(qh, kh, vh, scale=scale)[0].to(q.dtype)
     del qh, kh, vh
-    return _heads_to_seq(out.contiguous(), lens, mesh.get_local_rank("ulysses"), u_group)
+    return heads_to_seq(out.contiguous(), lens, mesh.get_local_rank("ulysses"), u_group)
 
 
 def usp_elements(batch: int, heads: int, head_dim: int, lens: list[int], layout,

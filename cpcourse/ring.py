@@ -6,7 +6,7 @@ Each rank holds a contiguous shard of the sequence, q `[B, H, Lq_r, D]`, k and v
 (split like `torch.tensor_split`, so shard lengths may differ by one and some ranks may hold no
 tokens at all). At ring step s, rank r holds the K/V block of rank (r - s) mod P: it attends its
 queries to that block (`attention_with_lse`), folds the partial result into its running output
-(`merge_attention`'s formula, done in place by `_fold`), and passes the block on to rank r + 1
+(`merge_attention`'s formula, done in place by `fold_into`), and passes the block on to rank r + 1
 while receiving the next one from rank r - 1. After P steps every query has seen every key; the
 output never leaves its rank.
 
@@ -45,7 +45,7 @@ from cpcourse.support.recorder import NO_RECORDER, NoRecorder, recorder
 MODES = ("overlap", "blocking", "allgather")
 
 
-def _fold(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
+def fold_into(out: torch.Tensor, lse: torch.Tensor, o: torch.Tensor, l_: torch.Tensor) -> None:
     """`merge_attention` done in place on the running (out, lse).
 
     The ring merges once per step and per layer, so merge_attention's five output-sized
@@ -68,7 +68,7 @@ def _attend(q, kv, scale, out, lse):
     o, l_ = attention_with_lse(q, kv[0], kv[1], scale=scale)
     if out is None:
         return o.to(accumulator_dtype(o.dtype)), l_
-    _fold(out, lse, o, l_)
+    fold_into(out, lse, o, l_)
     return out, lse
 
 

@@ -29,7 +29,7 @@ def _working_sizes(heads: int) -> list[int]:
     return [p for p in range(1, heads + 1) if heads % p == 0]
 
 
-def _seq_to_heads(x: torch.Tensor, lens: list[int], group, what: str) -> torch.Tensor:
+def seq_to_heads(x: torch.Tensor, lens: list[int], group, what: str) -> torch.Tensor:
     """x `[n, B, H, L_r, D]` (n tensors packed) -> `[n, B, H/P, L, D]`: all heads of my group.
 
     Chunk j of the send buffer is head group j of my shard; from rank i I receive head group
@@ -49,7 +49,7 @@ def _seq_to_heads(x: torch.Tensor, lens: list[int], group, what: str) -> torch.T
     return torch.cat([p.view(n, b, hp, li, d) for p, li in zip(parts, lens, strict=True)], dim=3)
 
 
-def _heads_to_seq(out: torch.Tensor, lens: list[int], rank: int, group) -> torch.Tensor:
+def heads_to_seq(out: torch.Tensor, lens: list[int], rank: int, group) -> torch.Tensor:
     """out `[B, H/P, L, D]` -> `[B, H, L_rank, D]`: my sequence shard of every head group."""
     world = len(lens)
     b, hp, _, d = out.shape
@@ -89,14 +89,14 @@ def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     q_lens, kv_lens = [s[2] for s in shapes["q"]], [s[2] for s in shapes["k"]]
     t0 = time.perf_counter()
     if q_lens == kv_lens:  # self-attention: one all-to-all for q, k and v together
-        qh, kh, vh = _seq_to_heads(torch.stack([q, k, v]), q_lens, group, "q, k, v")
+        qh, kh, vh = seq_to_heads(torch.stack([q, k, v]), q_lens, group, "q, k, v")
     else:
-        (qh,) = _seq_to_heads(q.unsqueeze(0), q_lens, group, "q")
-        kh, vh = _seq_to_heads(torch.stack([k, v]), kv_lens, group, "k, v")
+        (qh,) = seq_to_heads(q.unsqueeze(0), q_lens, group, "q")
+        kh, vh = seq_to_heads(torch.stack([k, v]), kv_lens, group, "k, v")
     t1 = time.perf_counter()
     out_h, _ = attention_with_lse(qh, kh, vh, scale=scale)
     t2 = time.perf_counter()
-    out = _heads_to_seq(out_h, q_lens, rank, group)
+    out = heads_to_seq(out_h, q_lens, rank, group)
     if stats is not None:
         # Everything but my own head group goes out; the output comes back the same way.
         b, d, hp = q.shape[0], q.shape[3], heads // world

@@ -7,8 +7,8 @@ thousands of times. On 2 ranks with one thread each, for shards of 64, 256 and 1
 (B = 1, H = 8, D = 64, float32), this measures the median of many calls of: the ring
 (`ring_attention`, overlapped), one block's attention (`attention_with_lse` of the local queries
 over one rank's keys), and the ring's parts alone: the shape agreement
-(`cpcourse.support.groups.agree`), one merge (the ring's in-place fold, `cpcourse.ring._fold`) and
-one heartbeat (`cpcourse.support.groups.tracked` enter and exit).
+(`cpcourse.support.groups.agree`), one merge (the ring's in-place fold,
+`cpcourse.ring.fold_into`) and one heartbeat (`cpcourse.support.groups.tracked` enter and exit).
 `ratio` = ring / (2 x one block): 1.0 would be a ring with no overhead at all. The ring agrees
 shapes only while they change (then each K/V message carries a one-element "changed" flag), so
 in a run of same-shape calls `agree_s` is what it no longer pays. With `lens=` a caller that
@@ -49,7 +49,7 @@ def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
     import torch.distributed as dist
 
     from cpcourse.attention import attention_with_lse
-    from cpcourse.ring import _fold, ring_attention
+    from cpcourse.ring import fold_into, ring_attention
     from cpcourse.support.groups import agree, tracked
 
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -66,7 +66,7 @@ def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
               "ring_known_lens_s": lambda: ring_attention(q, k, v, lens=[n] * world),
               "block_s": lambda: attention_with_lse(q, k, v),
               "agree_s": lambda: agree(None, q=q, k=k, v=v),
-              "merge_s": lambda: _fold(run_out, run_lse, o, lse),
+              "merge_s": lambda: fold_into(run_out, run_lse, o, lse),
               "heartbeat_s": beat}
     with torch.inference_mode():
         return {"tokens_per_rank": n, **_medians(probes, calls)}

@@ -27,7 +27,7 @@ from cpcourse.attention import accumulator_dtype, attention_with_lse, merge_atte
 from cpcourse.ring import ring_attention
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.groups import agree, forward_only, gather_uneven, require_group, tracked
-from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
+from cpcourse.ulysses import heads_to_seq, seq_to_heads
 
 DESIGNS = ("ulysses", "pass-q", "pass-kv")
 
@@ -85,7 +85,7 @@ class KVCacheCP:
         forward_only("KVCacheCP.append", k, v)
         lens = self._agree("KVCacheCP.append", k=k, v=v)
         if self.design == "ulysses":
-            k, v = _seq_to_heads(torch.stack([k, v]), lens, self.group, "new k, v")
+            k, v = seq_to_heads(torch.stack([k, v]), lens, self.group, "new k, v")
         self.k = k if self.k is None else torch.cat([self.k, k], dim=2)
         self.v = v if self.v is None else torch.cat([self.v, v], dim=2)
         self.lens.append(lens)
@@ -107,10 +107,10 @@ class KVCacheCP:
                 f"KVCacheCP.attend: q must be the shards of the chunk appended last, "
                 f"{self.lens[-1]} tokens per rank, got {lens}")
         if self.design == "ulysses":
-            (qh,) = _seq_to_heads(q.unsqueeze(0), lens, self.group, "new q")
+            (qh,) = seq_to_heads(q.unsqueeze(0), lens, self.group, "new q")
             out, _ = attention_with_lse(qh, self.k, self.v, scale=self.scale)
             self.transient_bytes = 2 * qh.numel() * qh.element_size()  # qh and its output
-            return _heads_to_seq(out, lens, self.rank, self.group)
+            return heads_to_seq(out, lens, self.rank, self.group)
         if self.design == "pass-q":
             return self._pass_q(q, lens)
         cached = [sum(chunk[r] for chunk in self.lens) for r in range(self.world)]

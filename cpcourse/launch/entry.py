@@ -106,20 +106,20 @@ def _resolve(target: str):
     return None
 
 
-def _to_cpu(obj):
+def to_cpu(obj):
     """Move tensors (also inside lists, tuples, dicts) to CPU: the caller must never touch CUDA."""
     import torch
 
     if isinstance(obj, torch.Tensor):
         return obj.detach().cpu()
     if isinstance(obj, list | tuple):
-        return type(obj)(_to_cpu(x) for x in obj)
+        return type(obj)(to_cpu(x) for x in obj)
     if isinstance(obj, dict):
-        return {key: _to_cpu(val) for key, val in obj.items()}
+        return {key: to_cpu(val) for key, val in obj.items()}
     return obj
 
 
-def _user_traceback(exc: BaseException, skip: tuple[str, ...] = ()) -> str:
+def user_traceback(exc: BaseException, skip: tuple[str, ...] = ()) -> str:
     """The traceback without this file's, runpy's and `skip`'s frames: it starts in the
     learner's code."""
     tb = exc.__traceback__
@@ -154,7 +154,7 @@ def call_target(target: str, args: tuple, kwargs: dict, fn=_UNRESOLVED):
     return scope.get("RESULT")
 
 
-def _current_op() -> str | None:
+def current_op() -> str | None:
     """The communication call this rank was inside when it failed (from cpcourse.support.groups)."""
     cpdist = sys.modules.get("cpcourse.support.groups")
     record = getattr(getattr(cpdist, "_HEARTBEAT", None), "current", None) or {}
@@ -197,7 +197,7 @@ def _run_rank(run_dir: str) -> int:
         _write_atomic(os.path.join(run_dir, f"rank{rank}.started"), b"")
         value = call_target(spec["target"], args, kwargs, fn)
         try:
-            data = pickle.dumps(_to_cpu(value))
+            data = pickle.dumps(to_cpu(value))
         except Exception as exc:  # noqa: BLE001  (reported, not raised: the run itself worked)
             print(f"return value could not be pickled ({exc}); the caller gets None")
             data = pickle.dumps(None)
@@ -205,7 +205,7 @@ def _run_rank(run_dir: str) -> int:
     except BaseException as exc:  # noqa: BLE001  (every failure goes to the caller)
         record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
                   "message": str(exc).strip().splitlines()[0] if str(exc).strip() else "",
-                  "traceback": _user_traceback(exc), "op": _current_op()}
+                  "traceback": user_traceback(exc), "op": current_op()}
         _write_atomic(os.path.join(run_dir, f"rank{rank}.err"), json.dumps(record).encode())
         code = 1
     out.close_line()

@@ -184,7 +184,7 @@ def _read_json(path: str):
         return None
 
 
-def _exit_codes(torchrun_log: str) -> dict[int, int]:
+def exit_codes(torchrun_log: str) -> dict[int, int]:
     """rank -> exit code from torchrun's failure summary ("rank : 1 ... exitcode : -11")."""
     # Line-anchored, rank then exitcode on the next line: a looser pattern paired an earlier
     # "rank : 0" in the log with rank 1's exit code.
@@ -232,7 +232,7 @@ def rank_death(run_dir: str, nproc: int, torchrun_log: str = "") -> RankError | 
             dead.append(r)
     if not dead:
         return None
-    codes = {**_exit_codes(torchrun_log), **_exit_files(run_dir, nproc)}
+    codes = {**exit_codes(torchrun_log), **_exit_files(run_dir, nproc)}
     # torchrun ends the survivors of a failure with SIGTERM: those deaths are echoes
     r = min(dead, key=lambda x: (codes.get(x) is None, codes.get(x) == -signal.SIGTERM, x))
     try:

@@ -36,7 +36,7 @@ def start_method(env=None) -> str:
     return method
 
 
-def _preload(run_dir: str) -> list[str]:
+def preload_modules(run_dir: str) -> list[str]:
     """What the fork server imports before forking ranks: torch, the rank's own start-up, and
     the target's module when it is cpcourse's (a user's module may do anything on import)."""
     with open(os.path.join(run_dir, "spec.json")) as fh:
@@ -54,7 +54,7 @@ def _start_fork_server(run_dir: str) -> bool:
     import multiprocessing
     import multiprocessing.forkserver
 
-    multiprocessing.set_forkserver_preload(_preload(run_dir))
+    multiprocessing.set_forkserver_preload(preload_modules(run_dir))
     try:
         multiprocessing.forkserver.ensure_running()
     except OSError:

@@ -73,8 +73,23 @@ def _child_pythonpath() -> str:
     return os.pathsep.join(dict.fromkeys(extra + ([old] if old else [])))
 
 
+def target_name(target) -> str:
+    """`target` as launch() passes it to the ranks: a module-level function becomes its
+    "module:function" (the ranks import it by name, so a reader and a type checker can follow
+    `launch(generate_rank, 2)` to the code); a string is returned as it is."""
+    if not callable(target) or isinstance(target, str):
+        return target
+    module, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", "")
+    require(module not in (None, "__main__") and "<" not in qualname and "." not in qualname,
+            f"launch() imports the target on every rank, and {qualname or target!r} is not a "
+            "module-level function of an importable module: move it into a module (or a "
+            "%%torchrun cell), or pass 'path/file.py:function'")
+    return f"{module}:{qualname}"
+
+
 def _check_target(target: str) -> None:
-    require(isinstance(target, str) and target, "target must be 'module:function' or a file path")
+    require(isinstance(target, str) and target,
+            "target must be a module-level function, 'module:function' or a file path")
     where = target.rsplit(":", 1)[0] if ":" in target else target
     if where.endswith(".py") or os.sep in where or ":" not in target:
         require(os.path.isfile(where), f"no such file {where!r}: give 'module:function' or the "
@@ -104,14 +119,15 @@ def _pump(pipe, name: str, out: queue.Queue) -> None:
     out.put((name, None))
 
 
-def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dict | None = None,
+def launch(target, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dict | None = None,
            *, args: tuple = (), kwargs: dict | None = None, threads: int | None = None,
            pg_timeout: float | None = None, backend: str | None = None, init: bool = True,
            stream=True, start_timeout: float = 120.0) -> RankResults:
     """Run `target` on `nproc` local ranks; return its per-rank return values.
 
-    target: "pkg.module:function", "path/file.py:function" (called with *args, **kwargs on every
-    rank, after the process group is initialised) or "path/file.py" (run as a script).
+    target: a module-level function, "pkg.module:function", "path/file.py:function" (called
+    with *args, **kwargs on every rank, after the process group is initialised) or
+    "path/file.py" (run as a script).
     timeout: seconds the target may run, counted once every rank has started it (start-up,
     mostly importing torch, has its own `start_timeout`); pg_timeout: the process group's own
     timeout (default min(30, timeout)). threads: torch threads per rank (default
@@ -124,6 +140,7 @@ def launch(target: str, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dic
     watch them until they finish, fail or run out of time, then end the process tree and
     return the results or raise the failure.
     """
+    target = target_name(target)
     nproc, timeout, start_timeout, threads, pg_timeout = _checked(
         target, nproc, timeout, start_timeout, backend, env, threads, pg_timeout)
     where = torchrun_rank()

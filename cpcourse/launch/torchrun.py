@@ -169,13 +169,13 @@ def _environ(extra: dict):
 
 
 def _rank_error(exc: BaseException, rank: int, world: int, what: str | None = None):
-    from cpcourse.launch.entry import _current_op, _user_traceback
+    from cpcourse.launch.entry import current_op, user_traceback
     from cpcourse.launch.errors import RankError
 
     text = str(exc).strip()
     record = {"rank": rank, "time": time.time(), "type": type(exc).__name__,
               "message": (what + ": " if what else "") + (text.splitlines()[0] if text else ""),
-              "traceback": _user_traceback(exc, skip=(__file__,)), "op": _current_op()}
+              "traceback": user_traceback(exc, skip=(__file__,)), "op": current_op()}
     error = RankError(record, [], [])
     error.args = (f"{error.args[0]}\n(rank {rank} of a torchrun world of {world}, running "
                   "in this process)",)
@@ -267,11 +267,11 @@ def _gather(value, output: list[str], nproc: int, where: TorchrunRank, prefix: s
     sent as None, as launch() does."""
     import torch.distributed as dist
 
-    from cpcourse.launch.entry import _to_cpu
+    from cpcourse.launch.entry import to_cpu
     from cpcourse.support import groups as cpdist
 
     try:
-        value = _to_cpu(value)
+        value = to_cpu(value)
         pickle.dumps(value)
     except Exception as exc:  # noqa: BLE001  (as launch() does: the run itself worked)
         print(f"{prefix}return value could not be pickled ({exc}); the caller gets None",

@@ -27,7 +27,7 @@ import torch
 from cpcourse.attention import attention_with_lse
 from cpcourse.ring import ring_attention
 from cpcourse.support.groups import all_gather_single, comm_device
-from cpcourse.ulysses import _heads_to_seq, _seq_to_heads
+from cpcourse.ulysses import heads_to_seq, seq_to_heads
 
 
 def _with_text(x, t, keep: bool):
@@ -74,7 +74,7 @@ def _attend(q, k, v, cp, text):
     # ulysses / usp: a head split inside the Ulysses group, then the ring (if any) across groups
     u, u_rank = cp.ulysses, cp.u_rank
     if u > 1:
-        qh, kh, vh = _seq_to_heads(torch.stack([q, k, v]), cp.u_lens, cp.u_group, "q, k, v")
+        qh, kh, vh = seq_to_heads(torch.stack([q, k, v]), cp.u_lens, cp.u_group, "q, k, v")
     else:
         qh, kh, vh = q, k, v
     if text is not None:
@@ -92,7 +92,7 @@ def _attend(q, k, v, cp, text):
     if text is not None:
         out, text_out = out[:, :, :-n_text], _gather_heads(out[:, :, -n_text:], u, cp.u_group)
     if u > 1:
-        out = _heads_to_seq(out.contiguous(), cp.u_lens, u_rank, cp.u_group)
+        out = heads_to_seq(out.contiguous(), cp.u_lens, u_rank, cp.u_group)
     return out, text_out
 
 

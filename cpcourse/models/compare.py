@@ -25,7 +25,7 @@ from cpcourse.support.tolerance import tolerance  # noqa: F401  (graders import 
 DTYPES = ("float32", "float64", "bfloat16", "float16")  # torch's spellings, as `--dtype` takes them
 
 
-def _model_and_inputs(spec: dict):
+def model_and_inputs(spec: dict):
     dtype = torch_dtype(spec.get("dtype", "float32"))
     model = build(spec["arch"], seed=spec.get("seed", 0), dtype=dtype, **spec.get("config", {}))
     inputs = example_inputs(spec["arch"], spec.get("frames", 5), spec.get("height", 8),
@@ -59,7 +59,7 @@ def _run(model, inputs, spec, cp: bool):
 
 def reference(spec: dict) -> tuple[torch.Tensor, float | None]:
     """(output, median seconds) of the unparallelised model in this process."""
-    model, inputs = _model_and_inputs(spec)
+    model, inputs = model_and_inputs(spec)
     return _timed(_run(model, inputs, spec, cp=False), spec.get("repeat", 0))
 
 
@@ -70,7 +70,7 @@ def rank_forward(spec: dict) -> dict:
     mesh, and the bytes this rank sent per mesh dim in one untimed run are measured beside
     `cpcourse.models.costs.predicted_bytes`.
     """
-    model, inputs = _model_and_inputs(spec)
+    model, inputs = model_and_inputs(spec)
     mesh = None
     if spec.get("layout"):
         from cpcourse.mesh import make_mesh

@@ -32,7 +32,7 @@ def _all_reduce(payload: int, tp: int) -> int:
 def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     """What `rank_forward`'s one measured run sends, per dim; None for models other than Wan."""
     from cpcourse.mesh import usp_elements
-    from cpcourse.models.split import _latent_grid
+    from cpcourse.models.split import latent_grid
     from cpcourse.support.layout import Layout
 
     if type(model).__name__ != "WanTransformer3DModel":
@@ -43,7 +43,7 @@ def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     cp_rank = co["ring"] * lay.ulysses + co["ulysses"]
     latents = inputs["hidden_states"]
     b, e = latents.shape[0], latents.element_size()
-    frames, pph, ppw = _latent_grid(model, latents)
+    frames, pph, ppw = latent_grid(model, latents)
     sizes = shard_sizes(frames, lay.cp)
     lens = [n * pph * ppw for n in sizes]
     heads, hd = cfg.num_attention_heads, cfg.attention_head_dim

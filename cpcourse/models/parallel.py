@@ -35,9 +35,9 @@ from cpcourse.models.processors import PROCESSORS, cp_attention_modules
 from cpcourse.models.rotary import hunyuan_rope_shard, slice_tokens, wan_rope_shard
 from cpcourse.models.split import (
     SPLITS,
-    _gather_hook,
-    _pre_forward,
-    _split_tokens,
+    gather_hook,
+    split_pre_forward,
+    split_tokens,
 )
 from cpcourse.ring import MODES as RING_MODES
 from cpcourse.support.errors import InputError, require
@@ -121,7 +121,7 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
     cp.u_group, cp.ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
 
 
-def _rope_hook(cp: CPState, kind: str):
+def rope_hook(cp: CPState, kind: str):
     """The rotary table of this rank's tokens: the rows of the frames its tokens touch, cut to
     its token range (a frame split's range is whole frames)."""
     def hook(module, args, output):
@@ -229,17 +229,17 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
         _groups(cp, heads, ulysses)
     hooks = cp.handles
     params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
-    hooks.append(model.register_forward_pre_hook(_pre_forward(cp, params), with_kwargs=True))
+    hooks.append(model.register_forward_pre_hook(split_pre_forward(cp, params), with_kwargs=True))
     if info.id in ("wan", "wan2.2", "hunyuanvideo"):
         hooks.append(model.rope.register_forward_hook(
-            _rope_hook(cp, "wan" if info.id.startswith("wan") else "hunyuan")))
+            rope_hook(cp, "wan" if info.id.startswith("wan") else "hunyuan")))
     if not shard_io:
         first = {"WanTransformer3DModel": lambda m: m.blocks[0],
                  "HunyuanVideoTransformer3DModel": lambda m: (m.transformer_blocks or
                                                               m.single_transformer_blocks)[0],
                  "CogVideoXTransformer3DModel": lambda m: m.transformer_blocks[0]}[info.cls]
-        hooks.append(first(model).register_forward_pre_hook(_split_tokens(cp), with_kwargs=True))
-        hooks.append(model.proj_out.register_forward_hook(_gather_hook(cp)))
+        hooks.append(first(model).register_forward_pre_hook(split_tokens(cp), with_kwargs=True))
+        hooks.append(model.proj_out.register_forward_hook(gather_hook(cp)))
     cls = PROCESSORS[info.cls]
     for attn in cp_attention_modules(model):
         attn.set_processor(cls(cp, attn.processor))

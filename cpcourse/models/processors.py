@@ -59,7 +59,7 @@ class WanCPProcessor(_CPProcessor):
         return attn.to_out[1](attn.to_out[0](out))
 
 
-def _text_keep(attention_mask, n_text: int) -> list[int] | None:
+def text_keep_lengths(attention_mask, n_text: int) -> list[int] | None:
     """Leading real text tokens per sample from HunyuanVideo's key mask `[B, 1, 1, L + N]`."""
     if attention_mask is None:
         return None
@@ -105,7 +105,7 @@ class HunyuanCPProcessor(_CPProcessor):
         bhld = lambda t: t.transpose(1, 2)  # noqa: E731  [B, L, H, D] -> [B, H, L, D]
         out, text_out = cp_attention(bhld(q), bhld(k), bhld(v), self.cp,
                                      text=(bhld(tq), bhld(tk), bhld(tv)),
-                                     text_keep=_text_keep(attention_mask, n_text))
+                                     text_keep=text_keep_lengths(attention_mask, n_text))
         out = out.transpose(1, 2).flatten(2, 3).to(q.dtype)
         text_out = text_out.transpose(1, 2).flatten(2, 3).to(q.dtype)
         if getattr(attn, "to_out", None) is not None:

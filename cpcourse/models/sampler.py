@@ -23,7 +23,7 @@ from cpcourse.mesh import cfg_branch, cfg_combine
 from cpcourse.models.build import arch_info
 from cpcourse.models.parallel import cp_state
 from cpcourse.models.shards import gather_latents, shard_latents
-from cpcourse.models.split import _latent_grid
+from cpcourse.models.split import latent_grid
 from cpcourse.support.errors import require
 
 SCHEDULERS = {
@@ -86,7 +86,7 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
             x = sched.scale_model_input(latents, t) if hasattr(sched, "scale_model_input") \
                 else latents
             if info.per_token_timestep:  # Wan 2.2: every token carries its own timestep
-                frames, pph, ppw = _latent_grid(model, x)
+                frames, pph, ppw = latent_grid(model, x)
                 tt = torch.full((b, frames * pph * ppw), float(t), dtype=like.dtype,
                                 device=like.device)
             else:

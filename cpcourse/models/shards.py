@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from cpcourse.models.parallel import cp_state
-from cpcourse.models.split import _latent_grid
+from cpcourse.models.split import latent_grid
 from cpcourse.support.errors import require
 from cpcourse.support.groups import all_gather_single, comm_device, gather_uneven
 from cpcourse.support.shards import shard_offsets, shard_sizes
@@ -28,7 +28,7 @@ def shard_latents(model, latents: torch.Tensor) -> torch.Tensor:
     cp = cp_state(model)
     require(cp is not None, "shard_latents needs a parallelized model")
     dim = _frame_dim(model)
-    frames, _, _ = _latent_grid(model, latents)
+    frames, _, _ = latent_grid(model, latents)
     sizes = shard_sizes(frames, cp.world)
     require(min(sizes) >= 1, f"only {frames} latent frames for {cp.world} ranks")
     pt = latents.shape[dim] // frames

@@ -25,7 +25,7 @@ from cpcourse.support.shards import shard_offsets, shard_sizes, video_shard_size
 SPLITS = ("frames", "tokens")
 
 
-def _latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
+def latent_grid(model, latents: torch.Tensor) -> tuple[int, int, int]:
     """(latent frames after patchify, rows, columns) of the token grid."""
     name, cfg = type(model).__name__, model.config
     require(isinstance(latents, torch.Tensor) and latents.dim() == 5,
@@ -75,7 +75,7 @@ def _split(cp, frames_here: int, per_frame: int, latents: torch.Tensor) -> None:
     cp.u_lens = cp.lens[g0:g0 + cp.ulysses]
 
 
-def _pre_forward(cp, params: list[str]):
+def split_pre_forward(cp, params: list[str]):
     """`params`: the forward's parameter names in order (found once, not at every call)."""
     def hook(model, args, kwargs):
         args, kwargs = list(args), dict(kwargs)
@@ -92,7 +92,7 @@ def _pre_forward(cp, params: list[str]):
                 kwargs[name] = value
 
         latents = get("hidden_states")
-        frames, pph, ppw = _latent_grid(model, latents)
+        frames, pph, ppw = latent_grid(model, latents)
         _split(cp, frames, pph * ppw, latents)
         mine, total = cp.lens[cp.rank], sum(cp.lens)
         t = get("timestep")
@@ -112,7 +112,7 @@ def _pre_forward(cp, params: list[str]):
     return hook
 
 
-def _split_tokens(cp):
+def split_tokens(cp):
     def hook(module, args, kwargs):
         if args:
             x = args[0]
@@ -122,7 +122,7 @@ def _split_tokens(cp):
     return hook
 
 
-def _gather_hook(cp):
+def gather_hook(cp):
     def hook(module, args, output):
         return gather_uneven(output, cp.lens, dim=1, group=cp.group)
     return hook

@@ -65,7 +65,7 @@ def candidate_layouts(run: dict) -> list[Layout]:
     return [lay for lay in layouts(run["gpus"], heads, cfg=False) if lay.tp == 1]
 
 
-def _predict(runs: list[dict]) -> dict:
+def predict_runs(runs: list[dict]) -> dict:
     """Each run predicted as it was made (`how_run`) with its own layout, GPU and steps: rows
     with the ratio, the median and worst |ratio - 1|, per table the speedup from its fewest to
     its most GPUs beside the serial part its published times imply (`amdahl_fit`) and the one
@@ -122,8 +122,8 @@ def validate() -> dict:
     median and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs,
     predicted against published."""
     held = holdout_runs()
-    return {**_predict(published_runs()["runs"]), "about": published_runs()["about"],
-            "holdout": {**_predict(held["runs"]), "about": held["about"]}}
+    return {**predict_runs(published_runs()["runs"]), "about": published_runs()["about"],
+            "holdout": {**predict_runs(held["runs"]), "about": held["about"]}}
 
 
 def track_record(model_id: str, gpu_id: str) -> dict:

@@ -104,7 +104,7 @@ def clip_latents(request: ApproxRequest, results, i: int = 0) -> torch.Tensor:
 def approx_report(request: ApproxRequest, results, compare: bool = False) -> tuple:
     """(clip [T, 3, H, W], report) of a one-clip run; `compare` adds the exact clip's PSNR."""
     from cpcourse.approx.quality import compare as against
-    from cpcourse.runs.generate import _tracked
+    from cpcourse.runs.generate import tracked_report
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import to_clip
 
@@ -122,7 +122,7 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
               "seconds": round(max(sum(p["step_seconds"]) for p in per), 4),
               "steps_skipped": per[0]["steps_skipped"],
               "first_block_change": per[0]["changes"] if request.cache else None}
-    report.update(_tracked(run.prompt, clip))
+    report.update(tracked_report(run.prompt, clip))
     if compare:
         report.update(against(clip, to_clip(single_process_sample(run.rank_spec()))))
     return clip, report

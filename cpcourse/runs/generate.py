@@ -239,11 +239,11 @@ def build_report(request: GenerateRequest, results) -> tuple[torch.Tensor, objec
     report.update(by_mesh)
     clip = to_clip(latents) if request.trained else None
     if request.trained:
-        report.update(_tracked(request.prompt, clip))
+        report.update(tracked_report(request.prompt, clip))
     return latents, clip, report
 
 
-def _tracked(prompt: str, clip: torch.Tensor) -> dict:
+def tracked_report(prompt: str, clip: torch.Tensor) -> dict:
     """What the tracker sees in `clip` [T, 3, H, W], and whether it is what `prompt` asked."""
     from cpcourse.tinydit.moving_shapes import matches, track
 

@@ -65,9 +65,9 @@ def diffusers_cp_rank(spec: dict) -> dict:
     """On each rank: try diffusers' `enable_parallelism` on the same model; time it if it runs."""
     from diffusers import ContextParallelConfig
 
-    from cpcourse.models.compare import _model_and_inputs
+    from cpcourse.models.compare import model_and_inputs
 
-    model, inputs = _model_and_inputs(spec)
+    model, inputs = model_and_inputs(spec)
     degree = {"ulysses_degree": spec["nproc"]} if spec["method"] == "ulysses" else {
         "ring_degree": spec["nproc"]}
     try:

@@ -96,7 +96,7 @@ def run_stream(nproc: int, seed: int = 0, *, compare: bool = False, timeout: flo
 def stream_report(request: StreamRequest, results) -> tuple[torch.Tensor, torch.Tensor, dict]:
     """(latents, clip, report) from the ranks' results: bytes per chunk (all ranks together, and
     per rank), peak tensor memory and cache bytes per rank, and what the tracker sees."""
-    from cpcourse.runs.generate import _tracked
+    from cpcourse.runs.generate import tracked_report
     from cpcourse.tinydit.model import load_weights
     from cpcourse.tinydit.streaming import assemble
     from cpcourse.tinydit.training import to_clip
@@ -117,7 +117,7 @@ def stream_report(request: StreamRequest, results) -> tuple[torch.Tensor, torch.
               "peak_bytes_per_rank": [int(r["peak_bytes"]) for r in results],
               "cache_bytes_per_rank": [int(r["cache_bytes"]) for r in results],
               "launch_seconds": round(results.seconds, 3)}
-    report.update(_tracked(request.prompt, clip))
+    report.update(tracked_report(request.prompt, clip))
     return latents, clip, report
 
 

@@ -38,7 +38,7 @@ def initial_noise(shape: tuple, seed: int, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(shape, generator=gen, dtype=torch.float64).to(dtype)
 
 
-def _labels(cfg, label, b: int, branch: str = "both") -> torch.Tensor:
+def class_labels(cfg, label, b: int, branch: str = "both") -> torch.Tensor:
     """Conditional then unconditional labels for a batch of 2B: `[2B]`, or `[2B, 2]` when the
     model has a second (motion) label and `label` is a (shape, motion) pair. Under CFG-parallel
     (`branch` "cond" or "uncond") only that half: `[B]`."""
@@ -71,7 +71,7 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
     branch = cfg_branch(ctx.mesh)
     device = next(model.parameters()).device  # the noise is drawn on the CPU, the same anywhere
     x = patchify(noise_frames.to(device), cfg.patch)
-    y = _labels(cfg, label, b, branch).to(device)
+    y = class_labels(cfg, label, b, branch).to(device)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         start = time.perf_counter()

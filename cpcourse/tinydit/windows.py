@@ -32,7 +32,7 @@ from cpcourse.support.errors import finite_float, positive_int, require, seed_in
 from cpcourse.support.groups import tracked
 from cpcourse.support.shards import shard_offsets, shard_sizes
 from cpcourse.tinydit.model import CPContext, patchify, unpatchify
-from cpcourse.tinydit.sampling import _labels, initial_noise
+from cpcourse.tinydit.sampling import class_labels, initial_noise
 from cpcourse.video import gather_frames
 
 BLENDS = ("flat", "pyramid")
@@ -166,7 +166,7 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     f_off = shard_offsets(w_sizes)[w_rank]
     ctx = CPContext(group=group if world > 1 and parallel == "cp" else None, frame_offset=f_off,
                     grid=grid)
-    y = _labels(cfg, label, b)
+    y = class_labels(cfg, label, b)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     x = noise.clone()
     record = stats if stats is not None else {}

@@ -110,8 +110,12 @@ def test_a_launch_leaves_nothing_in_the_temp_dir(mark):
         return {p for pat in ("torchelastic_*", "cpcourse-launch-*")
                 for p in glob.glob(os.path.join(tmp, pat))}
 
+    from cpcourse.launch.entry import rank_info
+
     before = leftovers()
-    launch(f"{__file__}:rank_view", 2, timeout=120, env=_env(mark), args=("x",), stream=False)
+    # The function itself, not its "module:function" name: a reader can follow it.
+    results = launch(rank_info, 2, timeout=120, env=_env(mark), stream=False)
+    assert [r["rank"] for r in results] == [0, 1]
     assert leftovers() - before == set()
 
 

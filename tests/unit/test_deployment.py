@@ -311,7 +311,7 @@ def test_vae_decode_is_serial_and_priced_at_its_measured_share():
 
 
 def test_a_run_without_a_sourced_layout_is_priced_over_every_layout_it_could_have_used():
-    from cpcourse.planner.validation import _predict, candidate_layouts
+    from cpcourse.planner.validation import candidate_layouts, predict_runs
 
     runs = published_runs()["runs"]
     unknown = [r for r in runs if r["layout"] is None]
@@ -322,13 +322,13 @@ def test_a_run_without_a_sourced_layout_is_priced_over_every_layout_it_could_hav
         lays = candidate_layouts(r)
         assert len(lays) > 1 and all(lay.world == r["gpus"] and lay.cfg == lay.tp == 1
                                      for lay in lays)
-        (row,) = _predict([r])["rows"]
+        (row,) = predict_runs([r])["rows"]
         lo, hi = row["predicted_range_s"]
         assert not row["layout_sourced"] and row["predicted_s"] == lo < hi
         # the same run with each candidate written in: the fastest is the one predicted
-        each = [_predict([{**r, "layout": lay.as_dict()}])["rows"][0]["predicted_s"]
+        each = [predict_runs([{**r, "layout": lay.as_dict()}])["rows"][0]["predicted_s"]
                 for lay in lays]
         assert min(each) == pytest.approx(lo) and max(each) == pytest.approx(hi)
-    sourced = _predict([next(r for r in runs if r["layout"] is not None)])["rows"][0]
+    sourced = predict_runs([next(r for r in runs if r["layout"] is not None)])["rows"][0]
     assert sourced["layout_sourced"] and sourced["predicted_range_s"][0] == \
         sourced["predicted_range_s"][1]

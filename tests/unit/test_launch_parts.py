@@ -284,9 +284,9 @@ Root Cause (first observed failure):
 
 def test_torchruns_summary_gives_each_rank_its_own_exit_code():
     """A log line mentioning "rank: 0" before the summary must not steal rank 1's code."""
-    from cpcourse.launch.errors import _exit_codes
+    from cpcourse.launch.errors import exit_codes
 
-    assert _exit_codes(_TORCHRUN_SUMMARY) == {1: 3, 0: -11}
+    assert exit_codes(_TORCHRUN_SUMMARY) == {1: 3, 0: -11}
 
 
 def test_the_rank_torchrun_ended_with_sigterm_is_not_blamed(tmp_path):
@@ -388,11 +388,11 @@ def test_rank_start_method_is_checked_before_anything_starts(monkeypatch):
 
 
 def test_the_fork_server_preloads_only_cpcourse_targets(tmp_path):
-    from cpcourse.launch.forkserver import _preload
+    from cpcourse.launch.forkserver import preload_modules
 
     def preload(target):
         (tmp_path / "spec.json").write_text(json.dumps({"target": target}))
-        return _preload(str(tmp_path))
+        return preload_modules(str(tmp_path))
 
     assert preload("cpcourse.runs.models:models_rank")[-1] == "cpcourse.runs.models"
     base = preload("/home/me/train.py:main")  # a user's file may do anything when imported
@@ -404,3 +404,20 @@ def test_exit_codes_of_forked_ranks_come_from_their_files(tmp_path):
     (tmp_path / "rank1.exit").write_text("-11")
     (tmp_path / "rank0.exit").write_text("garbled")
     assert E._exit_files(str(tmp_path), 3) == {1: -11}
+
+
+def test_a_function_target_is_launched_by_its_module_and_name():
+    from cpcourse.launch.entry import rank_info
+    from cpcourse.launch.launcher import target_name
+    from cpcourse.support.errors import InputError
+
+    assert target_name(rank_info) == "cpcourse.launch.entry:rank_info"
+    assert target_name("pkg.mod:fn") == "pkg.mod:fn"
+
+    def local():
+        pass
+
+    with pytest.raises(InputError, match="not a module-level function"):
+        target_name(local)
+    with pytest.raises(InputError, match="not a module-level function"):
+        target_name(lambda: None)

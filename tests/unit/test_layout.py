@@ -129,6 +129,24 @@ def test_no_import_cycle():
             visit(m, [m])
 
 
+def private_imports(mod: str) -> list[str]:
+    """`from cpcourse.x import _y` in `mod` where x is another module: what one module keeps to
+    itself and another reaches into (a shared primitive needs a public name)."""
+    found = []
+    for node in ast.walk(ast.parse(MODULES[mod].read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0 \
+                and node.module.startswith("cpcourse") and node.module != mod:
+            found += [f"{node.module}.{a.name}" for a in node.names
+                      if a.name.startswith("_") and not a.name.startswith("__")]
+    return found
+
+
+@pytest.mark.parametrize("mod", sorted(GRAPH))
+def test_no_private_name_is_imported_across_modules(mod):
+    assert not private_imports(mod), (f"{mod} imports {private_imports(mod)}: give the shared "
+                                      "function a public name in its module")
+
+
 def test_the_command_line_runs_experiments_through_runs_not_bench():
     """`cpcourse generate` and `cpcourse models` call the runners; only `cpcourse bench` (by
     name, through `cpcourse.bench.main`) reaches the benchmarks."""
@@ -147,6 +165,8 @@ def test_the_checks_can_fail():
     assert chapter("cpcourse.tinydit.model") != chapter("cpcourse.models.build")
     assert "cpcourse.runs.long_video" in GRAPH["cpcourse.bench.windows"]
     assert rank("cpcourse.cli.generate") > rank("cpcourse.bench.windows") > rank("cpcourse.runs")
+    assert private_imports("cpcourse.mesh") == [] and "seq_to_heads" in MODULES[
+        "cpcourse.mesh"].read_text()
 
 
 CONTRACT = ["cpcourse.attention:attention_with_lse", "cpcourse.attention:merge_attention",

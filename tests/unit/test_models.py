@@ -14,7 +14,7 @@ from cpcourse.cli import main
 from cpcourse.models import ARCHS, build, example_inputs, parallelize
 from cpcourse.models.build import cast, latent_shape
 from cpcourse.models.compare import tolerance
-from cpcourse.models.processors import _text_keep
+from cpcourse.models.processors import text_keep_lengths
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
 from cpcourse.models.sampler import sample
 from cpcourse.models.split import SPLITS
@@ -56,7 +56,7 @@ def test_the_rotary_hook_gives_each_rank_its_rows_under_either_split(frames, h, 
     """A token shard may start and end mid-frame: its rows are still the whole table's."""
     from types import SimpleNamespace
 
-    from cpcourse.models.parallel import _rope_hook
+    from cpcourse.models.parallel import rope_hook
 
     wan, hy = build("wan"), build("hunyuanvideo")
     latents = torch.zeros(1, 4, frames, 2 * h, 2 * w)
@@ -67,7 +67,7 @@ def test_the_rotary_hook_gives_each_rank_its_rows_under_either_split(frames, h, 
         cp = SimpleNamespace(lens=lens, rank=rank, tok0=tok0, per_frame=h * w)
         for model, kind, dim in ((wan, "wan", 1), (hy, "hunyuan", 0)):
             whole = model.rope(latents)
-            got = _rope_hook(cp, kind)(model.rope, (latents,), whole)
+            got = rope_hook(cp, kind)(model.rope, (latents,), whole)
             for g, want in zip(got, whole, strict=True):
                 assert torch.equal(g, want.narrow(dim, tok0, n)), (kind, rank)
 
@@ -208,10 +208,10 @@ def test_parallelize_refusals(wan):
 
 def test_text_mask_may_only_pad_the_end():
     good = torch.tensor([[1, 1, 1, 1, 1, 0]], dtype=torch.bool).view(1, 1, 1, 6)
-    assert _text_keep(good, 3) == [2]
+    assert text_keep_lengths(good, 3) == [2]
     bad = torch.tensor([[1, 1, 1, 0, 1, 1]], dtype=torch.bool).view(1, 1, 1, 6)
     with pytest.raises(InputError, match="END of the text"):
-        _text_keep(bad, 3)
+        text_keep_lengths(bad, 3)
 
 
 def _count_forwards(model):

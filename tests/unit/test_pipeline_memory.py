@@ -139,10 +139,10 @@ def test_hunyuanvideo_is_derived_with_its_own_tiles():
 
 
 def test_a_table_with_one_gpu_count_has_no_speedup_and_breaks_nothing():
-    from cpcourse.planner.validation import _predict
+    from cpcourse.planner.validation import predict_runs
 
     run = dict(published_runs()["runs"][0])
-    got = _predict([run])
+    got = predict_runs([run])
     assert got["speedups"] == {} and len(got["rows"]) == 1
 
 
