@@ -8,6 +8,7 @@ download) on every rank and decodes the same seeded latents of a `--frames` x `-
 decodes in this process too: the largest difference and both peaks and times. `--tiled` adds
 diffusers' own tiled decode (small tiles), its error at the seams and inside. `--save` writes
 the decoded video `[B, 3, F, H, W]` (torch.save); the same seed gives the same pixels at any P.
+The flags are the fields of `cpcourse.runs.vae.VaeRequest` (`cpcourse.cli.from_request`).
 JSON keys: arch, nproc, dtype, video_shape, rows_per_rank, seconds_cp, peak_bytes_per_rank,
 halo_bytes, and with --compare max_abs_err, tolerance, within_tolerance, peak_bytes_single,
 predicted_peak_bytes_per_rank, seconds_single; with --tiled "tiled".
@@ -17,53 +18,25 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.models.vae import ARCHS
-from cpcourse.runs.vae import DTYPES, check_vae_spec, run_vae
-from cpcourse.support.errors import ArgumentParser, positive_float, positive_int
-from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.cli.from_request import build_parser as request_parser
+from cpcourse.cli.from_request import mode_table, request_conditions, request_from_args
+from cpcourse.runs.vae import VaeRequest, run
+
+MODE_FLAGS = mode_table(VaeRequest)  # every flag of `vae` always acts
 
 
 def build_parser():
-    p = ArgumentParser(prog="cpcourse vae", description=__doc__.split("\n")[0])
-    p.add_argument("--arch", required=True, help=f"one of {', '.join(ARCHS)}")
-    p.add_argument("--nproc", type=int, default=2, help="ranks splitting the height (2)")
-    p.add_argument("--frames", type=int, default=5, help="video frames, 4k + 1 (5)")
-    p.add_argument("--height", type=int, default=64, help="video height, a multiple of 8 (64)")
-    p.add_argument("--width", type=int, default=48, help="video width, a multiple of 8 (48)")
-    p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--seed", type=int, default=0, help="weights and latents seed")
-    p.add_argument("--save", default=None, help="write the decoded video here (torch.save)")
-    p.add_argument("--tiled", action="store_true",
-                   help="also diffusers' tiled decode: its error at the seams and inside")
-    p.add_argument("--compare", action="store_true",
-                   help="also decode in this process: max_abs_err, peak_bytes_single")
-    p.add_argument("--timeout", type=float, default=300.0)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
-
-
-# Where each flag acts: every flag once (see cpcourse.support.modes). Every flag always acts.
-MODE_FLAGS = {"arch": ALWAYS, "nproc": ALWAYS, "frames": ALWAYS, "height": ALWAYS,
-              "width": ALWAYS, "dtype": ALWAYS, "seed": ALWAYS, "save": ALWAYS, "tiled": ALWAYS,
-              "compare": ALWAYS, "timeout": ALWAYS, "json": ALWAYS}
+    return request_parser("cpcourse vae", VaeRequest, __doc__.split("\n")[0])
 
 
 def mode_conditions(args) -> dict[str, tuple[bool, str]]:
-    """No flag of `vae` depends on another."""
-    return {}
+    return request_conditions(VaeRequest, args)
 
 
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
-    nproc = positive_int("--nproc", args.nproc)
-    positive_int("--seed", args.seed, allow_zero=True)
-    spec = {"arch": args.arch, "frames": args.frames, "height": args.height,
-            "width": args.width, "dtype": args.dtype, "seed": args.seed, "save": args.save}
-    check_vae_spec(spec, nproc)
-    report = run_vae(spec, nproc, compare=args.compare, tiled=args.tiled,
-                     timeout=positive_float("--timeout", args.timeout, high=3600))
+    report = run(request_from_args(parser, VaeRequest, args))
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

@@ -1,0 +1,68 @@
+"""An experiment's parameters declared once: a frozen dataclass whose fields are its flags.
+
+    python -c "from cpcourse.runs.vae import VaeRequest; print(VaeRequest(arch='wan', nproc=2))"
+
+A runner in `cpcourse.runs` declares what one run takes as a frozen dataclass (`...Request`)
+whose fields are made with `flag(default, help, ...)`: the field's name is the parameter, and
+its metadata is what the command line needs (the help text, the choices, when the flag acts).
+`__post_init__` checks the values, so a Request that exists is a valid run, built the same way
+from Python, a notebook or the command line (`cpcourse.cli.from_request` turns the fields into
+argparse flags). The rank functions receive the Request itself and read `req.frames`, never a
+string-keyed dict: one spelling from the flag to the rank.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from cpcourse.support.errors import positive_float, positive_int, require, seed_int
+from cpcourse.support.modes import ALWAYS
+
+MAX_NPROC = 64  # local ranks, as `cpcourse.launch` allows
+
+
+def flag(default=dataclasses.MISSING, help: str = "", *, choices=None, acts: str = ALWAYS,
+         cli: bool = True, metavar: str | None = None):
+    """A Request field and its flag. `acts`: ALWAYS, or the name of a condition the Request's
+    `conditions()` defines (the flag is refused when given where it cannot act). `cli=False`
+    keeps a field out of the command line (a notebook-only knob)."""
+    meta = {"help": help, "choices": tuple(choices) if choices else None, "acts": acts,
+            "cli": cli, "metavar": metavar}
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def fields(cls) -> list[dataclasses.Field]:
+    """The Request's fields in declaration order."""
+    return list(dataclasses.fields(cls))
+
+
+def check_common(req) -> None:
+    """The checks every Request with these fields shares: `nproc`, `seed`, `timeout`, and each
+    field's declared `choices`. Library words (the parameter's name), not flags."""
+    for f in fields(type(req)):
+        value, choices = getattr(req, f.name), f.metadata.get("choices")
+        if choices and value not in choices:
+            raise_choice(f.name, value, choices)
+    if hasattr(req, "nproc"):
+        whole("nproc", req.nproc, high=MAX_NPROC)
+    if hasattr(req, "seed"):
+        seed_int("seed", req.seed)
+    if hasattr(req, "timeout"):
+        positive_float("timeout", req.timeout, high=86_400)
+
+
+def raise_choice(name: str, value, choices) -> None:
+    import difflib
+
+    near = difflib.get_close_matches(str(value), [str(c) for c in choices], n=1)
+    hint = f" (did you mean {near[0]!r}?)" if near else ""
+    require(False, f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}{hint}")
+
+
+def whole(name: str, value, *, low: int = 1, high: int | None = None) -> int:
+    """`value` as a whole number in [low, high], or an InputError naming `name`."""
+    value = positive_int(name, value, allow_zero=low == 0)
+    require(value >= low, f"{name} must be at least {low}, got {value}")
+    if high is not None:
+        require(value <= high, f"{name} {value}: use at most {high}")
+    return value
