@@ -2,8 +2,9 @@
 
     python -c "from cpcourse.runs.causal_cp import run_causal; print(run_causal(4)['schemes'])"
 
-`run_causal(nproc, ...)` draws seeded q, k, v for a clip of `frames` frames of
-`tokens_per_frame` tokens, cut into chunks of `chunk` frames, and on `nproc` ranks (gloo):
+`run(CausalRequest(nproc=4, ...))` (or `run_causal(4, ...)`) draws seeded q, k, v for a clip
+of `frames` frames of `tokens_per_frame` tokens, cut into chunks of `chunk` frames, and on
+`nproc` ranks (gloo):
 - runs `cpcourse.causal.block_causal_attention_cp` for every chunk assignment and both methods
   (the skipping ring, the all-to-all), each rank's error against one process's float64 masked
   attention, its score-matrix work, and the bytes it sent measured on the wire, split by the
@@ -16,23 +17,48 @@ What notebook 14 shows; tests/dist/test_causal_cp.py checks the same library on 
 
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import torch
 
-from cpcourse.launch import check_nproc, launch
-from cpcourse.support.errors import positive_int, require
+from cpcourse.launch import launch
+from cpcourse.support.errors import require
+from cpcourse.support.request import check_common, flag, whole
 
 
-def _clip(spec: dict):
+@dataclass(frozen=True)
+class CausalRequest:
+    """One measurement of block-causal CP and the KV cache's designs, checked."""
+
+    nproc: int = flag(4, "ranks")
+    frames: int = flag(8, "frames in the clip")
+    chunk: int = flag(1, "frames per chunk (the causal unit)")
+    tokens_per_frame: int = flag(4, "tokens in one frame")
+    heads: int = flag(4, "attention heads")
+    head_dim: int = flag(8, "channels per head")
+    seed: int = flag(0, "seed of q, k, v")
+    timeout: float = flag(120.0, "seconds the ranks may run")
+
+    def __post_init__(self):
+        check_common(self)
+        for name in ("frames", "chunk", "tokens_per_frame", "heads", "head_dim"):
+            whole(name, getattr(self, name))
+        require(self.chunk <= self.frames,
+                f"a chunk of {self.chunk} frames is longer than the clip ({self.frames})")
+
+
+def _clip(req: CausalRequest):
+    """q, k, v [1, H, frames x tokens_per_frame, D] (float64), each token's chunk, the mask."""
     from cpcourse.causal import block_causal_mask, chunk_of_frames
 
-    gen = torch.Generator().manual_seed(spec["seed"])
-    frames, chunk, tpf = spec["frames"], spec["chunk"], spec["tokens_per_frame"]
-    q, k, v = (torch.randn(1, spec["heads"], frames * tpf, spec["head_dim"], generator=gen,
+    gen = torch.Generator().manual_seed(req.seed)
+    frames, chunk, tpf = req.frames, req.chunk, req.tokens_per_frame
+    q, k, v = (torch.randn(1, req.heads, frames * tpf, req.head_dim, generator=gen,
                            dtype=torch.float64) for _ in range(3))
     return q, k, v, chunk_of_frames(frames, chunk, tpf), block_causal_mask(frames, chunk, tpf)
 
 
-def _schemes(spec, rank, world):
+def _schemes(spec: CausalRequest, rank, world):
     from cpcourse import causal
     from cpcourse.support.bytecount import count_bytes
 
@@ -54,7 +80,7 @@ def _schemes(spec, rank, world):
     return rows
 
 
-def _streams(spec, rank, world):
+def _streams(spec: CausalRequest, rank, world):
     from cpcourse.attention import reference_attention
     from cpcourse.causal import DESIGNS, KVCacheCP
     from cpcourse.support.bytecount import count_bytes
@@ -62,12 +88,13 @@ def _streams(spec, rank, world):
     q, k, v, layout, _ = _clip(spec)
     out = {}
     for design in DESIGNS:
-        if design == "ulysses" and spec["heads"] % world:
+        if design == "ulysses" and spec.heads % world:
             continue
         cache, rows = KVCacheCP(design), []
         for c in range(int(layout.max()) + 1):
             new = (layout == c).nonzero().flatten()
             end = int(new[-1]) + 1
+            # [1, H, chunk tokens / P, D]: this rank's share of the new chunk
             mine = [x[:, :, new].tensor_split(world, dim=2)[rank].float() for x in (q, k, v)]
             with count_bytes() as sent:
                 cache.append(mine[1], mine[2])
@@ -81,12 +108,12 @@ def _streams(spec, rank, world):
     return out
 
 
-def rank_causal(spec: dict) -> dict:
+def rank_causal(req: CausalRequest) -> dict:
     """Runs on every rank: every assignment x method, then every cache design's stream."""
     import torch.distributed as dist
 
     rank, world = dist.get_rank(), dist.get_world_size()
-    return {"schemes": _schemes(spec, rank, world), "streams": _streams(spec, rank, world)}
+    return {"schemes": _schemes(req, rank, world), "streams": _streams(req, rank, world)}
 
 
 def _summed(per_rank: list[dict]) -> dict:
@@ -111,17 +138,17 @@ def _summed(per_rank: list[dict]) -> dict:
     return {"schemes": schemes, "streams": streams}
 
 
+def run(req: CausalRequest) -> dict:
+    """Launch `rank_causal` on `req.nproc` ranks; the joined report (see `_summed`)."""
+    per_rank = launch(rank_causal, req.nproc, timeout=req.timeout, args=(req,), stream=False,
+                      threads=1)
+    spec = {k: v for k, v in asdict(req).items() if k not in ("nproc", "timeout")}
+    return {"spec": spec, "world": req.nproc, **_summed(per_rank)}
+
+
 def run_causal(nproc: int, *, frames: int = 8, chunk: int = 1, tokens_per_frame: int = 4,
                heads: int = 4, head_dim: int = 8, seed: int = 0, timeout: float = 120) -> dict:
-    """Launch `rank_causal` on `nproc` ranks; the joined report (see `_summed`) with the spec."""
-    nproc = check_nproc(nproc)
-    for name, value in (("frames", frames), ("chunk", chunk),
-                        ("tokens_per_frame", tokens_per_frame), ("heads", heads),
-                        ("head_dim", head_dim)):
-        positive_int(name, value)
-    require(chunk <= frames, f"a chunk of {chunk} frames is longer than the clip ({frames})")
-    spec = {"frames": frames, "chunk": chunk, "tokens_per_frame": tokens_per_frame,
-            "heads": heads, "head_dim": head_dim, "seed": seed}
-    per_rank = launch("cpcourse.runs.causal_cp:rank_causal", nproc, timeout=timeout,
-                      args=(spec,), stream=False, threads=1)
-    return {"spec": spec, "world": nproc, **_summed(per_rank)}
+    """`run(CausalRequest(...))` with its fields as arguments (what notebook 14 calls)."""
+    return run(CausalRequest(nproc=nproc, frames=frames, chunk=chunk, heads=heads,
+                             tokens_per_frame=tokens_per_frame, head_dim=head_dim, seed=seed,
+                             timeout=timeout))
