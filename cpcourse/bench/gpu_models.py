@@ -66,24 +66,28 @@ def build_real(model_id: str, arch: str, device: torch.device, dtype=torch.bfloa
 
 def real_inputs(model_id: str, arch: str, frames: int, device, dtype) -> dict:
     """One forward's keyword arguments at the preset's default height and width."""
-    m, tok = get_model(model_id), model_tokens(model_id, frames=frames)
+    from cpcourse.models.build import arch_info
+
+    m, tok, info = get_model(model_id), model_tokens(model_id, frames=frames), arch_info(arch)
     gen = None if torch.device(device).type == "meta" else torch.Generator(device=device)
     gen = gen and gen.manual_seed(0)
     rand = lambda *s: torch.randn(*s, generator=gen, device=device, dtype=dtype)  # noqa: E731
     shape = (1, m.latent_channels, tok.latent_frames, tok.latent_height, tok.latent_width)
-    if arch == "cogvideox":
+    if info.layout == "BFCHW":  # CogVideoX: frames before channels
         shape = (1, tok.latent_frames, m.latent_channels, tok.latent_height, tok.latent_width)
     # Wan 2.2 TI2V conditions every token on its own timestep: the time MLPs run per token
-    steps = (1, tok.video_tokens) if arch == "wan2.2" else (1,)
+    steps = (1, tok.video_tokens) if info.per_token_timestep else (1,)
     kw = {"hidden_states": rand(*shape),
           "encoder_hidden_states": rand(1, m.text_tokens, TEXT_DIM),
           "timestep": torch.full(steps, 500.0, device=device, dtype=dtype)}
-    if arch == "hunyuanvideo":
+    if info.text_mask:
         kw["encoder_attention_mask"] = torch.ones(1, m.text_tokens, device=device,
                                                   dtype=torch.bool)
         kw["pooled_projections"] = rand(1, POOLED_DIM)
+    if info.guidance_distilled:
         kw["guidance"] = torch.full((1,), 6000.0, device=device, dtype=dtype)
-    if arch == "cogvideox" and model_id != "cogvideox-2b":
+    if info.rotary_passed_in and real_config(model_id, arch).get(
+            "use_rotary_positional_embeddings", True):
         from cpcourse.models.build import cogvideox_rotary
 
         grid = (tok.latent_height, tok.latent_width)
@@ -97,10 +101,12 @@ def sdpa_backend(model_id: str, arch: str, device) -> str:
     self-attention: HunyuanVideo passes a text padding mask, which the flash kernel refuses."""
     from torch.nn.attention import SDPBackend
 
+    from cpcourse.models.build import arch_info
+
     m = get_model(model_id)
     q = torch.zeros(1, m.heads, 128, m.head_dim, device=device, dtype=torch.bfloat16)
     mask = (torch.ones(1, 1, 1, 128, device=device, dtype=torch.bool)
-            if arch == "hunyuanvideo" else None)
+            if arch_info(arch).text_mask else None)
     choice = SDPBackend(torch._fused_sdp_choice(q, q, q, attn_mask=mask))
     cpu = torch.device(device).type == "cpu"
     return {SDPBackend.FLASH_ATTENTION: "cpu-flash" if cpu else "sdpa-flash",
@@ -204,7 +210,9 @@ def forced_flash(model, inputs: dict, device, arch: str) -> dict:
     'sdpa' and 'fa2' rates describe; HunyuanVideo's text mask rules that kernel out."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    if arch == "hunyuanvideo":
+    from cpcourse.models.build import arch_info
+
+    if arch_info(arch).text_mask:
         return {"skipped": "a key-padding mask: the flash kernel takes none"}
     with torch.inference_mode(), sdpa_kernel(SDPBackend.FLASH_ATTENTION
                                              if device.type == "cuda" else SDPBackend.MATH):

@@ -24,15 +24,55 @@ from cpcourse.support.errors import InputError, positive_int, require
 
 
 @dataclass(frozen=True)
+class CPPlan:
+    """Where an architecture's forward is split and gathered under CP: the per-architecture
+    facts `cpcourse.models.parallel` reads, as diffusers' `_cp_plan` holds them per model
+    (adding an architecture is adding a row, not an `if` in the hooks).
+
+    rope: the rotary table's kind, "wan" (`[1, S, 1, D]`, tokens on dim 1), "hunyuan" (`[S, D]`,
+    tokens on dim 0) or None (no table, or the pipeline passes it in, already per token);
+    first_blocks: the block lists, in order, whose first block the sequence is split before (the
+    first non-empty one); tp: tensor parallel is built for it (`cpcourse.models.tp`);
+    refuse / refuse_shard_io: (config key, value, why) that CP (or `shard_io`) cannot split."""
+
+    rope: str | None
+    first_blocks: tuple[str, ...]
+    tp: bool = False
+    refuse: tuple[tuple[str, object, str], ...] = ()
+    refuse_shard_io: tuple[tuple[str, object, str], ...] = ()
+
+    @property
+    def rope_token_dim(self) -> int:
+        return {"wan": 1, "hunyuan": 0}[self.rope]
+
+
+@dataclass(frozen=True)
 class Arch:
     id: str
     cls: str  # the diffusers class name
     layout: str  # "BCFHW" or "BFCHW": how the latents are laid out
     tiny: dict  # the tiny config
     real: str  # a hub id with real weights (documentation only: never downloaded here)
+    cp: CPPlan
     per_token_timestep: bool = False
     text_joined: bool = False  # text tokens are part of self-attention (counted once under CP)
     guidance_distilled: bool = False  # guidance is an embedding: one forward per step, no CFG pair
+    text_mask: bool = False  # the forward takes a text padding mask (and pooled text)
+    rotary_passed_in: bool = False  # the pipeline computes the rotary table and passes it in
+    optional_blocks: tuple[str, ...] = ()  # block counts that may be 0 (one of them must not)
+
+
+_WAN_CP = CPPlan(rope="wan", first_blocks=("blocks",), tp=True)
+_HUNYUAN_CP = CPPlan(
+    rope="hunyuan", first_blocks=("transformer_blocks", "single_transformer_blocks"),
+    refuse=(("image_condition_type", "token_replace", "HunyuanVideo's token-replace image "
+             "conditioning treats the first frame's tokens apart; cpcourse.models does not "
+             "split it yet (use the text-to-video model)"),))
+_COGVIDEOX_CP = CPPlan(
+    rope=None, first_blocks=("transformer_blocks",),
+    refuse_shard_io=(("use_rotary_positional_embeddings", False, "CogVideoX with sin-cos "
+                      "positions adds them inside its patch embedding, from local frame "
+                      "numbers: use shard_io=False for it"),))
 
 
 ARCHS = {a.id: a for a in (
@@ -40,24 +80,26 @@ ARCHS = {a.id: a for a in (
          dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=8, in_channels=4,
               out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2,
               cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=64),
-         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers"),
+         "Wan-AI/Wan2.1-T2V-1.3B-Diffusers", _WAN_CP),
     Arch("wan2.2", "WanTransformer3DModel", "BCFHW",
          dict(patch_size=(1, 2, 2), num_attention_heads=12, attention_head_dim=8, in_channels=4,
               out_channels=4, text_dim=16, freq_dim=32, ffn_dim=64, num_layers=2,
               cross_attn_norm=True, qk_norm="rms_norm_across_heads", rope_max_seq_len=64),
-         "Wan-AI/Wan2.2-TI2V-5B-Diffusers", per_token_timestep=True),
+         "Wan-AI/Wan2.2-TI2V-5B-Diffusers", _WAN_CP, per_token_timestep=True),
     Arch("hunyuanvideo", "HunyuanVideoTransformer3DModel", "BCFHW",
          dict(in_channels=4, out_channels=4, num_attention_heads=12, attention_head_dim=8,
               num_layers=1, num_single_layers=1, num_refiner_layers=1, patch_size=2,
               patch_size_t=1, guidance_embeds=True, text_embed_dim=16, pooled_projection_dim=8,
               rope_axes_dim=(4, 2, 2)),
-         "hunyuanvideo-community/HunyuanVideo", text_joined=True, guidance_distilled=True),
+         "hunyuanvideo-community/HunyuanVideo", _HUNYUAN_CP, text_joined=True,
+         guidance_distilled=True, text_mask=True,
+         optional_blocks=("num_layers", "num_single_layers")),
     Arch("cogvideox", "CogVideoXTransformer3DModel", "BFCHW",
          dict(num_attention_heads=12, attention_head_dim=16, in_channels=4, out_channels=4,
               time_embed_dim=8, text_embed_dim=16, num_layers=2, sample_width=8, sample_height=8,
               sample_frames=9, patch_size=2, temporal_compression_ratio=4,
               max_text_seq_length=7, use_rotary_positional_embeddings=True),
-         "THUDM/CogVideoX-5b", text_joined=True),
+         "THUDM/CogVideoX-5b", _COGVIDEOX_CP, text_joined=True, rotary_passed_in=True),
 )}
 CLASSES = {a.cls for a in ARCHS.values()}
 TEXT_TOKENS = 7  # odd on purpose; CogVideoX's tiny config fixes its text length to this
@@ -95,11 +137,10 @@ def build(arch: str, tiny: bool = True, seed: int = 0, dtype=torch.float32, **ov
     unknown = sorted(set(overrides) - set(info.tiny))
     require(not unknown, f"{arch} has no config entries {unknown}; it has {sorted(info.tiny)}")
     overrides = {k: _override(k, v, info.tiny[k], arch) for k, v in overrides.items()}
-    if arch == "hunyuanvideo":  # either kind of block may be left out, not both
-        blocks = {k: overrides.get(k, info.tiny[k]) for k in ("num_layers", "num_single_layers")}
-        require(sum(blocks.values()) >= 1, f"hunyuanvideo needs at least one block: got "
-                f"num_layers={blocks['num_layers']}, num_single_layers="
-                f"{blocks['num_single_layers']}")
+    if info.optional_blocks:  # either kind of block may be left out, not both
+        blocks = {k: overrides.get(k, info.tiny[k]) for k in info.optional_blocks}
+        require(sum(blocks.values()) >= 1, f"{arch} needs at least one block: got "
+                + ", ".join(f"{k}={v}" for k, v in blocks.items()))
     cls = model_class(arch)
     state = torch.random.get_rng_state()
     try:
@@ -115,8 +156,8 @@ def _override(name: str, value, default, arch: str):
     zero inside diffusers, layers=0 leaves no block to split), flags bools."""
     if isinstance(default, bool):
         require(isinstance(value, bool), f"{name} must be True or False, got {value!r}")
-    elif isinstance(default, int):  # hunyuanvideo may drop a kind of block (checked above)
-        return positive_int(name, value, allow_zero=arch == "hunyuanvideo" and "layers" in name)
+    elif isinstance(default, int):  # a kind of block may be dropped (checked above)
+        return positive_int(name, value, allow_zero=name in ARCHS[arch].optional_blocks)
     elif isinstance(default, tuple):
         require(isinstance(value, tuple | list) and len(value) == len(default),
                 f"{name} must be {len(default)} whole numbers like {default}, got {value!r}")
@@ -182,7 +223,7 @@ def check_size(arch: str, frames: int, height: int, width: int) -> None:
                 (("frames", frames), ("height", height), ("width", width)) if grid[name] > most]
         require(not over, f"the tiny {arch}'s rotary table covers {most} positions per axis: "
                 f"{', '.join(over)} is too large")
-    if arch == "cogvideox":
+    if arch_info(arch).rotary_passed_in:  # the pipeline's table covers the sample grid
         require(height <= cfg["sample_height"] and width <= cfg["sample_width"],
                 f"the tiny cogvideox's rotary grid covers at most {cfg['sample_height']} x "
                 f"{cfg['sample_width']} latent pixels, got {height} x {width}")
@@ -212,14 +253,15 @@ def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, 
                                                               dtype=torch.float64)).to(dtype)
     else:
         kw["timestep"] = torch.full((batch,), t, dtype=dtype)
-    if arch == "hunyuanvideo":
+    if info.text_mask:
         mask = torch.ones(batch, TEXT_TOKENS, dtype=torch.bool)
         for i in range(batch):  # padding of different lengths per sample (2, 3, 4, 2, ...)
             mask[i, TEXT_TOKENS - 2 - i % 3:] = False
         kw["encoder_attention_mask"] = mask
         kw["pooled_projections"] = rand(batch, cfg["pooled_projection_dim"])
+    if info.guidance_distilled:
         kw["guidance"] = torch.full((batch,), 6000.0, dtype=dtype)
-    if arch == "cogvideox":
+    if info.rotary_passed_in:
         kw["image_rotary_emb"] = cogvideox_rotary(frames, height, width)
     return kw
 

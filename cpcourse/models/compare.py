@@ -142,7 +142,7 @@ def check_spec(spec: dict, nproc: int) -> dict:
         require(spec.get("split", "frames") == "frames", "a layout splits whole latent frames "
                 "(its byte prediction counts them): use split='frames' with a layout")
         lay = check_layout(Layout(**spec["layout"]), nproc, heads)
-        require(lay.tp == 1 or info.id in ("wan", "wan2.2"), f"tensor parallel in "
+        require(lay.tp == 1 or info.cp.tp, f"tensor parallel in "
                 f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
         ffn = {**info.tiny, **spec.get("config", {})}.get("ffn_dim", 0)
         require(ffn % lay.tp == 0, f"tp={lay.tp} splits the tiny {info.id}'s {ffn} MLP columns:"

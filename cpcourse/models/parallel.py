@@ -121,21 +121,22 @@ def _groups(cp: CPState, heads: int, ulysses: int | None) -> None:
     cp.u_group, cp.ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
 
 
-def rope_hook(cp: CPState, kind: str):
+def rope_hook(cp: CPState, plan):
     """The rotary table of this rank's tokens: the rows of the frames its tokens touch, cut to
-    its token range (a frame split's range is whole frames)."""
+    its token range (a frame split's range is whole frames). `plan`: the arch's `CPPlan`."""
     def hook(module, args, output):
         n, per = cp.lens[cp.rank], cp.per_frame
         f0 = cp.tok0 // per
         nf = (cp.tok0 + n - 1) // per - f0 + 1
-        latents = args[0]
-        grid = latents.shape[-2] // (module.patch_size[1] if kind == "wan" else module.patch_size)
-        gw = latents.shape[-1] // (module.patch_size[2] if kind == "wan" else module.patch_size)
-        if kind == "wan":
-            cos, sin = wan_rope_shard(module, f0, nf, grid, gw)
-        else:
-            cos, sin = hunyuan_rope_shard(module, f0, nf, grid, gw, device=latents.device)
-        cos, sin = slice_tokens((cos, sin), cp.tok0 - f0 * per, n, 1 if kind == "wan" else 0)
+        latents = args[0]  # [B, C, F, H, W]
+        patch = module.patch_size  # (t, h, w) for Wan, one int for HunyuanVideo
+        ph, pw = (patch[1], patch[2]) if isinstance(patch, tuple | list) else (patch, patch)
+        grid, gw = latents.shape[-2] // ph, latents.shape[-1] // pw
+        # looked up at call time, so a test can plant a wrong shard (tests/dist/test_models_cp)
+        shard = {"wan": wan_rope_shard, "hunyuan": hunyuan_rope_shard}[plan.rope]
+        extra = {} if plan.rope == "wan" else {"device": latents.device}
+        cos, sin = shard(module, f0, nf, grid, gw, **extra)  # the frames' rows
+        cos, sin = slice_tokens((cos, sin), cp.tok0 - f0 * per, n, plan.rope_token_dim)
         return cos.to(output[0].dtype), sin.to(output[1].dtype)
     return hook
 
@@ -210,14 +211,9 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
             f"{ring_mode!r} (method='allgather' is the all-gather variant)")
     require(getattr(model, "_cpcourse", None) is None,
             "this model is already parallelized: call unparallelize(model) first")
-    if info.id == "hunyuanvideo":
-        require(model.config.image_condition_type != "token_replace",
-                "HunyuanVideo's token-replace image conditioning treats the first frame's tokens"
-                " apart; cpcourse.models does not split it yet (use the text-to-video model)")
-    if shard_io and info.id == "cogvideox":
-        require(model.config.use_rotary_positional_embeddings,
-                "CogVideoX with sin-cos positions adds them inside its patch embedding, from "
-                "local frame numbers: use shard_io=False for it")
+    refusals = info.cp.refuse + (info.cp.refuse_shard_io if shard_io else ())
+    for key, value, why in refusals:
+        require(getattr(model.config, key, None) != value, why)
     rank, world = require_group(group, "parallelize")
     heads = cp_attention_modules(model)[0].heads
     if mesh is not None:
@@ -230,15 +226,12 @@ def parallelize(model, group=None, method: str | None = None, ulysses: int | Non
     hooks = cp.handles
     params = list(inspect.signature(type(model).forward).parameters)[1:]  # without self
     hooks.append(model.register_forward_pre_hook(split_pre_forward(cp, params), with_kwargs=True))
-    if info.id in ("wan", "wan2.2", "hunyuanvideo"):
-        hooks.append(model.rope.register_forward_hook(
-            rope_hook(cp, "wan" if info.id.startswith("wan") else "hunyuan")))
+    if info.cp.rope is not None:
+        hooks.append(model.rope.register_forward_hook(rope_hook(cp, info.cp)))
     if not shard_io:
-        first = {"WanTransformer3DModel": lambda m: m.blocks[0],
-                 "HunyuanVideoTransformer3DModel": lambda m: (m.transformer_blocks or
-                                                              m.single_transformer_blocks)[0],
-                 "CogVideoXTransformer3DModel": lambda m: m.transformer_blocks[0]}[info.cls]
-        hooks.append(first(model).register_forward_pre_hook(split_tokens(cp), with_kwargs=True))
+        first = next(blocks for name in info.cp.first_blocks
+                     if len(blocks := getattr(model, name)))[0]
+        hooks.append(first.register_forward_pre_hook(split_tokens(cp), with_kwargs=True))
         hooks.append(model.proj_out.register_forward_hook(gather_hook(cp)))
     cls = PROCESSORS[info.cls]
     for attn in cp_attention_modules(model):

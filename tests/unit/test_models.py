@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from cpcourse.cli import main
 from cpcourse.models import ARCHS, build, example_inputs, parallelize
-from cpcourse.models.build import cast, latent_shape
+from cpcourse.models.build import arch_info, cast, latent_shape
 from cpcourse.models.compare import tolerance
 from cpcourse.models.processors import text_keep_lengths
 from cpcourse.models.rotary import hunyuan_rope_shard, wan_rope_shard
@@ -65,11 +65,11 @@ def test_the_rotary_hook_gives_each_rank_its_rows_under_either_split(frames, h, 
         if n == 0:
             continue
         cp = SimpleNamespace(lens=lens, rank=rank, tok0=tok0, per_frame=h * w)
-        for model, kind, dim in ((wan, "wan", 1), (hy, "hunyuan", 0)):
+        for model, arch, dim in ((wan, "wan", 1), (hy, "hunyuanvideo", 0)):
             whole = model.rope(latents)
-            got = rope_hook(cp, kind)(model.rope, (latents,), whole)
+            got = rope_hook(cp, arch_info(arch).cp)(model.rope, (latents,), whole)
             for g, want in zip(got, whole, strict=True):
-                assert torch.equal(g, want.narrow(dim, tok0, n)), (kind, rank)
+                assert torch.equal(g, want.narrow(dim, tok0, n)), (arch, rank)
 
 
 @settings(max_examples=50, deadline=None)
@@ -305,3 +305,14 @@ def test_tolerance_accepts_a_correct_cogvideox_run():
     # 1.19e-6 on outputs up to 2.56 was flagged OUTSIDE an absolute 1e-6
     assert 1.19e-6 <= tolerance("allgather", scale=2.56) < 3e-6
     assert tolerance("allgather", "bfloat16", scale=2.56) > tolerance("allgather", scale=2.56)
+
+
+@pytest.mark.parametrize("arch", sorted(ARCHS))
+def test_each_arch_cp_plan_names_what_its_diffusers_class_has(arch):
+    """The per-architecture table (`CPPlan`) is what the hooks read: its block lists, rotary
+    module and refused config keys exist on the real class."""
+    plan, model = arch_info(arch).cp, build(arch)
+    assert any(len(getattr(model, name)) for name in plan.first_blocks)
+    assert (plan.rope is not None) == hasattr(model, "rope")
+    for key, _, why in plan.refuse + plan.refuse_shard_io:
+        assert key in model.config and why
