@@ -1,0 +1,210 @@
+"""Block-sparse attention over a video's 3-D token grid: masks, the reference, the skipping kernel.
+
+    cpcourse sparse --nproc 2 --method ulysses --mask radial --compare --json
+
+A video of `grid = (T, H, W)` tokens is flattened in (t, h, w) order (L = T*H*W) and cut into
+tiles of `tile = (frames, rows, cols)` tokens (edge tiles may be smaller). A block mask
+`[heads, n_tiles, n_tiles]` (bool) says which key tiles each query tile attends to, per head:
+sparse video attention (STA, VSA, radial attention) keeps a few of these blocks and skips the
+rest. Three masks are built here, each keeping a query tile's own tile so no query is left
+without keys:
+  - `sliding_tile_mask`: a static 3-D window around each tile (STA-like);
+  - `radial_mask`: the spatial reach halves every `period` frames of temporal distance (radial
+    attention's energy decay), the same for every head;
+  - `topk_mask`: per head, the key tiles whose pooled (tile-mean) keys score highest against the
+    pooled queries (VSA-like), with a per-head count so heads differ in density.
+`masked_attention` is the reference (dense scores, masked, one softmax); `block_sparse_attention`
+computes only the kept blocks, tile by tile, and returns (out, lse) so partial results over
+disjoint key sets merge exactly (`cpcourse.attention.merge_attention`): what CP builds on
+(`cpcourse.sparse_cp`). Shapes: q, k, v `[B, heads, L, D]`, lse `[B, heads, L]`.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from cpcourse.attention import attention_with_lse, merge_attention
+from cpcourse.support.errors import InputError, positive_int, require
+
+
+def _triple(name: str, value) -> tuple[int, int, int]:
+    require(isinstance(value, (tuple, list)) and len(value) == 3,
+            f"{name} must be (frames, rows, cols), got {value!r}")
+    return tuple(positive_int(name, x) for x in value)
+
+
+def tile_counts(grid, tile) -> tuple[int, int, int]:
+    """How many tiles along (t, h, w): ceil(grid / tile) per dimension."""
+    grid, tile = _triple("grid", grid), _triple("tile", tile)
+    return tuple(math.ceil(g / t) for g, t in zip(grid, tile, strict=True))
+
+
+def tile_of_token(grid, tile) -> torch.Tensor:
+    """`[L]` long: each (t, h, w)-flattened token's tile, tiles numbered in (t, h, w) order."""
+    (t, h, w), (tt, th, tw) = _triple("grid", grid), _triple("tile", tile)
+    _, nh, nw = tile_counts(grid, tile)
+    a = torch.arange(t)[:, None, None] // tt
+    b = torch.arange(h)[None, :, None] // th
+    c = torch.arange(w)[None, None, :] // tw
+    return ((a * nh + b) * nw + c).reshape(-1)
+
+
+def tile_sizes(grid, tile) -> torch.Tensor:
+    """`[n_tiles]` long: tokens per tile (edge tiles hold fewer)."""
+    n = math.prod(tile_counts(grid, tile))
+    return torch.bincount(tile_of_token(grid, tile), minlength=n)
+
+
+def _tile_coords(grid, tile) -> torch.Tensor:
+    """`[n_tiles, 3]`: each tile's first (frame, row, col) in tokens."""
+    nt, nh, nw = tile_counts(grid, tile)
+    idx = torch.arange(nt * nh * nw)
+    return torch.stack([idx // (nh * nw), idx // nw % nh, idx % nw], dim=1) * torch.tensor(tile)
+
+
+def sliding_tile_mask(grid, tile, window, heads: int = 1) -> torch.Tensor:
+    """STA-like static mask `[heads, n, n]`: key tile j is kept for query tile i when, in every
+    dimension, their starts are at most window // 2 tokens apart. window = (frames, rows, cols)."""
+    window = _triple("window", window)
+    pos = _tile_coords(grid, tile)
+    dist = (pos[:, None, :] - pos[None, :, :]).abs()             # [n, n, 3] tokens apart
+    keep = (dist <= torch.tensor(window) // 2).all(dim=-1)
+    return keep.expand(positive_int("heads", heads), -1, -1).clone()
+
+
+def radial_mask(grid, tile, heads: int = 1, period: int = 1) -> torch.Tensor:
+    """Radial mask `[heads, n, n]`: tiles dt frames apart are kept when their spatial distance
+    (largest of rows, cols, in tokens) is at most max(H, W) / 2**(dt // period): the whole frame
+    at dt = 0, half as far each `period` frames later. Same for every head."""
+    period = positive_int("period", period)
+    g = _triple("grid", grid)
+    pos = _tile_coords(grid, tile)
+    d = (pos[:, None, :] - pos[None, :, :]).abs()
+    reach = max(g[1], g[2]) / 2.0 ** (d[..., 0] // period)
+    keep = d[..., 1:].amax(dim=-1) <= reach
+    keep |= torch.eye(len(pos), dtype=torch.bool)
+    return keep.expand(positive_int("heads", heads), -1, -1).clone()
+
+
+def pooled_tiles(x: torch.Tensor, grid, tile) -> torch.Tensor:
+    """Tile means of x `[B, heads, L, D]` over batch and tokens: `[heads, n, D]` float64."""
+    owner = tile_of_token(grid, tile)
+    require(x.dim() == 4 and x.shape[2] == len(owner),
+            f"x must be [B, heads, L={len(owner)}, D], got {tuple(x.shape)}")
+    n = math.prod(tile_counts(grid, tile))
+    sums = x.double().sum(0).new_zeros(x.shape[1], n, x.shape[3])
+    sums.index_add_(1, owner, x.double().sum(0))
+    return sums / (tile_sizes(grid, tile) * x.shape[0]).double()[None, :, None]
+
+
+def topk_mask(q, k, grid, tile, keep) -> torch.Tensor:
+    """VSA-like mask `[heads, n, n]`: per head, each query tile keeps its own tile and the
+    `keep[h]` key tiles whose pooled keys score highest against its pooled query (an int keeps
+    the same count in every head). q, k `[B, heads, L, D]`; scores in float64."""
+    qp, kp = pooled_tiles(q, grid, tile), pooled_tiles(k, grid, tile)
+    heads, n, _ = qp.shape
+    keep = [keep] * heads if isinstance(keep, int) else list(keep)
+    require(len(keep) == heads, f"keep must be an int or one count per head ({heads}), "
+            f"got {len(keep)}")
+    scores = qp @ kp.transpose(-2, -1)                           # [heads, n, n]
+    mask = torch.eye(n, dtype=torch.bool).repeat(heads, 1, 1)
+    for h, kh in enumerate(keep):
+        kh = min(positive_int("keep", kh), n)
+        mask[h].scatter_(1, scores[h].topk(kh, dim=-1).indices, True)
+    return mask
+
+
+def check_block_mask(mask, heads: int, n_tiles: int) -> torch.Tensor:
+    """The mask as a bool `[heads, n, n]`, or one InputError line naming what is wrong."""
+    require(isinstance(mask, torch.Tensor), f"mask must be a tensor, got {type(mask).__name__}")
+    require(tuple(mask.shape) == (heads, n_tiles, n_tiles), f"mask must be [heads={heads}, "
+            f"n_tiles={n_tiles}, n_tiles={n_tiles}] (bool), got {tuple(mask.shape)}")
+    mask = mask.bool()
+    empty = (~mask.any(dim=-1)).nonzero()
+    if len(empty):
+        h, i = empty[0].tolist()
+        raise InputError(f"mask row (head {h}, query tile {i}) keeps no key tile: every query "
+                         f"needs at least one key (keep its own tile)")
+    return mask
+
+
+def _check(q, k, v, mask, grid, tile) -> torch.Tensor:
+    length = math.prod(_triple("grid", grid))
+    require(q.dim() == 4 and q.shape == k.shape and k.shape[:3] == v.shape[:3],
+            f"q, k, v must be [B, heads, L, D] of one shape, got {tuple(q.shape)}, "
+            f"{tuple(k.shape)}, {tuple(v.shape)}")
+    require(q.shape[2] == length, f"grid {tuple(grid)} holds {length} tokens but q has "
+            f"L={q.shape[2]}")
+    return check_block_mask(mask, q.shape[1], math.prod(tile_counts(grid, tile)))
+
+
+def token_mask(mask, grid, tile) -> torch.Tensor:
+    """The block mask at token level: `[heads, L, L]` bool."""
+    owner = tile_of_token(grid, tile)
+    return mask[:, owner[:, None], owner[None, :]]
+
+
+def masked_attention(q, k, v, mask, grid, tile, scale=None):
+    """The reference: dense scores `[B, heads, L, L]`, masked to -inf outside the kept blocks,
+    one softmax. Returns (out `[B, heads, L, D]` in q's dtype, lse `[B, heads, L]`), computed in
+    float64 for float64 inputs (float32 otherwise)."""
+    mask = _check(q, k, v, mask, grid, tile)
+    acc = torch.float64 if q.dtype == torch.float64 else torch.float32
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * scale
+    scores = scores.masked_fill(~token_mask(mask, grid, tile), -math.inf)
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.softmax(scores, dim=-1) @ v.to(acc)
+    return out.to(q.dtype), lse
+
+
+def _groups(ids: torch.Tensor, owner: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """For each tile, the positions (in ids) of its tokens."""
+    tiles = owner[ids]
+    return [(tiles == i).nonzero().flatten() for i in range(n)]
+
+
+def block_sparse_attention(q, k, v, mask, grid, tile, scale=None, q_ids=None, k_ids=None,
+                           stats=None):
+    """Attention over the kept blocks only: (out `[B, heads, Lq, D]`, lse `[B, heads, Lq]`).
+
+    q holds the tokens `q_ids` (global (t, h, w) positions, default all L), k and v the tokens
+    `k_ids`: a rank's shard and the K/V block it holds. A query row with no kept key among
+    `k_ids` gets out = 0, lse = -inf, so partial results over disjoint key sets merge exactly.
+    `stats` (a dict) gains "work" (score entries computed: |q tile| x |k tile| per kept block),
+    "blocks" (kept blocks computed) and "skipped" (blocks with tokens on both sides but masked).
+    """
+    length = math.prod(_triple("grid", grid))
+    q_ids = torch.arange(length) if q_ids is None else q_ids
+    k_ids = torch.arange(length) if k_ids is None else k_ids
+    n = math.prod(tile_counts(grid, tile))
+    mask = check_block_mask(mask, q.shape[1], n)
+    owner = tile_of_token(grid, tile)
+    qg, kg = _groups(q_ids, owner, n), _groups(k_ids, owner, n)
+    out = q.new_zeros(*q.shape[:3], v.shape[-1])
+    lse = torch.full(q.shape[:3], -math.inf, dtype=torch.float64 if q.dtype == torch.float64
+                     else torch.float32)
+    work = blocks = skipped = 0
+    for h in range(q.shape[1]):
+        for i in (i for i in range(n) if len(qg[i])):
+            kept = [j for j in range(n) if len(kg[j]) and mask[h, i, j]]
+            skipped += sum(1 for j in range(n) if len(kg[j])) - len(kept)
+            if not kept:
+                continue                                         # every block masked: skip all
+            cols = torch.cat([kg[j] for j in kept])
+            o, s = attention_with_lse(q[:, h:h + 1, qg[i]], k[:, h:h + 1, cols],
+                                      v[:, h:h + 1, cols], scale=scale)
+            out[:, h, qg[i]], lse[:, h, qg[i]] = o[:, 0], s[:, 0]
+            work += len(qg[i]) * len(cols)
+            blocks += len(kept)
+    if stats is not None:
+        for key, val in (("work", work), ("blocks", blocks), ("skipped", skipped)):
+            stats[key] = stats.get(key, 0) + val
+    return out, lse
+
+
+def merge_into(acc, part):
+    """Fold a partial (out, lse) into an accumulated one (None: the first part)."""
+    return part if acc is None else merge_attention(acc[0], acc[1], part[0], part[1])
