@@ -103,12 +103,17 @@ def topk_mask(q, k, grid, tile, keep) -> torch.Tensor:
     """VSA-like mask `[heads, n, n]`: per head, each query tile keeps its own tile and the
     `keep[h]` key tiles whose pooled keys score highest against its pooled query (an int keeps
     the same count in every head). q, k `[B, heads, L, D]`; scores in float64."""
-    qp, kp = pooled_tiles(q, grid, tile), pooled_tiles(k, grid, tile)
+    return topk_from_pooled(pooled_tiles(q, grid, tile), pooled_tiles(k, grid, tile), keep)
+
+
+def topk_from_pooled(qp, kp, keep) -> torch.Tensor:
+    """`topk_mask` from tile means qp, kp `[heads, n, D]` (`pooled_tiles`; under CP their sums
+    are all-reduced: a few bytes per tile instead of the whole sequence)."""
     heads, n, _ = qp.shape
     keep = [keep] * heads if isinstance(keep, int) else list(keep)
     require(len(keep) == heads, f"keep must be an int or one count per head ({heads}), "
             f"got {len(keep)}")
-    scores = qp @ kp.transpose(-2, -1)                           # [heads, n, n]
+    scores = qp.double() @ kp.double().transpose(-2, -1)        # [heads, n, n]
     mask = torch.eye(n, dtype=torch.bool).repeat(heads, 1, 1)
     for h, kh in enumerate(keep):
         kh = min(positive_int("keep", kh), n)
