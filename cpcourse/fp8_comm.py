@@ -80,14 +80,21 @@ class Codec:
         """The inverse of `encode` (up to rounding): a tensor of `shape` in `dtype`."""
         n = math.prod(shape)
         if self.kind == "fp32":
-            return buf.view(dtype).reshape(shape)
+            return _view(buf, dtype).reshape(shape)
         if self.kind == "bf16":
-            return buf.view(torch.bfloat16).reshape(shape).to(dtype)
+            return _view(buf, torch.bfloat16).reshape(shape).to(dtype)
         vals = buf[:n].view(E4M3).float().reshape(shape)
         if self.kind == "fp8-tensor":
-            return (vals * buf[n:].view(torch.float32)).to(dtype)
-        scale = buf[n:].view(torch.bfloat16).float().reshape(*shape[:-1], 1)
+            return (vals * _view(buf[n:], torch.float32)).to(dtype)
+        scale = _view(buf[n:], torch.bfloat16).float().reshape(*shape[:-1], 1)
         return (vals * scale).to(dtype)
+
+
+def _view(buf: torch.Tensor, dtype) -> torch.Tensor:
+    """buf's bytes as dtype; a slice of a received buffer may start at an odd byte: copy it."""
+    if buf.storage_offset() % torch.empty(0, dtype=dtype).element_size():
+        buf = buf.clone()
+    return buf.view(dtype)
 
 
 def _to_e4m3(x: torch.Tensor) -> torch.Tensor:
@@ -123,3 +130,23 @@ def gloo_sends_float8(group=None) -> bool:
     except (RuntimeError, TypeError, ValueError):
         return False
     return [float(g.float()) for g in got] == [float(r + 1) for r in range(len(got))]
+
+
+def planted_clipping(growth: float = 4.0, seed: int = 0, shape=(2, 64, 16)) -> dict:
+    """A once-calibrated scale meeting a later, larger activation (a planted case).
+
+    Calibrate the per-tensor scale on a first step's activations x0 `shape` (unit normal), then
+    send a later step's x1 = growth x (unit normal): values above 448 x scale are clipped. The
+    per-token-and-head scale follows each row's own amax and does not clip. Returns the
+    fraction of x1's values clipped and the largest |error| of each codec, relative to max |x1|.
+    """
+    g = torch.Generator().manual_seed(seed)
+    first = torch.randn(*shape, generator=g)
+    later = torch.randn(*shape, generator=g) * growth
+    tensor = Codec("fp8-tensor", calibrated_scale(float(first.abs().max())))
+    peak = float(later.abs().max())
+    errs = {name: float((roundtrip(later, c) - later).abs().max()) / peak
+            for name, c in (("tensor", tensor), ("token", Codec("fp8")))}
+    clipped = float((later.abs() > E4M3_MAX * tensor.scale).double().mean())
+    return {"growth": growth, "clipped_fraction": clipped,
+            "rel_err_calibrated_tensor": errs["tensor"], "rel_err_per_token": errs["token"]}

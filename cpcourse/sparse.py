@@ -213,3 +213,30 @@ def block_sparse_attention(q, k, v, mask, grid, tile, scale=None, q_ids=None, k_
 def merge_into(acc, part):
     """Fold a partial (out, lse) into an accumulated one (None: the first part)."""
     return part if acc is None else merge_attention(acc[0], acc[1], part[0], part[1])
+
+
+def running_max_skip(q, k, v, blocks, threshold: float, scale=None):
+    """Attention that skips, per query row, any key block whose best score is more than
+    `threshold` below the row's running max (TRT-LLM's Skip Softmax idea), visiting the key
+    blocks in the order given. q `[B, H, Lq, D]`; k, v `[B, H, Lk, D]`; blocks: a list of key
+    index tensors, in visiting order. Returns (out `[B, H, Lq, D]` float64, skipped fraction).
+    The decision depends on what was seen before: change the order (a ring rank starts with
+    its own block) and other blocks are skipped, so the output changes."""
+    scale = q.shape[-1] ** -0.5 if scale is None else scale
+    qd, kd, vd = q.double(), k.double(), v.double()
+    run_max = torch.full(q.shape[:3], -math.inf, dtype=torch.float64)
+    den = torch.zeros(q.shape[:3], dtype=torch.float64)
+    num = torch.zeros(*q.shape[:3], v.shape[-1], dtype=torch.float64)
+    skipped = 0
+    for ids in blocks:
+        s = (qd @ kd[:, :, ids].transpose(-2, -1)) * scale              # [B, H, Lq, |block|]
+        best = s.amax(-1)
+        use = best >= run_max - threshold                                # rows that keep it
+        skipped += int((~use).sum())
+        new_max = torch.where(use, torch.maximum(run_max, best), run_max)
+        fix = torch.exp(run_max - new_max).nan_to_num(0.0)               # rescale the old sums
+        p = torch.exp(s - new_max[..., None]) * use[..., None]
+        den = den * fix + p.sum(-1)
+        num = num * fix[..., None] + p @ vd[:, :, ids]
+        run_max = new_max
+    return num / den[..., None], skipped / (len(blocks) * run_max.numel())

@@ -69,9 +69,11 @@ def heads_of_ranks(mask, grid, tile, world: int, balance: str = "none") -> list[
     heads = mask.shape[0]
     require(heads % world == 0, f"Ulysses gives each rank heads/P heads: {heads} heads do not "
             f"split over {world} ranks")
+    plain = contiguous(heads, world)
     if balance == "none":
-        return contiguous(heads, world)
-    return greedy_assign(block_work(mask, grid, tile).sum(-1).tolist(), world)
+        return plain
+    dealt = greedy_assign(block_work(mask, grid, tile).sum(-1).tolist(), world)
+    return _better(mask, grid, tile, "ulysses", dealt, plain)
 
 
 def tokens_of_ranks(mask, grid, tile, world: int, balance: str = "none") -> list[torch.Tensor]:
@@ -79,12 +81,21 @@ def tokens_of_ranks(mask, grid, tile, world: int, balance: str = "none") -> list
     (tensor_split order); "greedy": whole query tiles dealt by kept work, as many tiles each."""
     require(balance in BALANCES, f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
     owner = tile_of_token(grid, tile)
+    plain = [torch.tensor(ids, dtype=torch.long) for ids in contiguous(len(owner), world)]
     if balance == "none":
-        return [torch.tensor(ids, dtype=torch.long) for ids in contiguous(len(owner), world)]
+        return plain
     require(mask.shape[1] >= world, f"greedy gives each rank whole tiles: {mask.shape[1]} tiles "
             f"for {world} ranks; use smaller tiles or fewer ranks")
     tiles = greedy_assign(block_work(mask, grid, tile).sum(0).tolist(), world)
-    return [torch.isin(owner, torch.tensor(t)).nonzero().flatten() for t in tiles]
+    dealt = [torch.isin(owner, torch.tensor(t)).nonzero().flatten() for t in tiles]
+    return _better(mask, grid, tile, "ring", dealt, plain)
+
+
+def _better(mask, grid, tile, method, dealt, plain):
+    """The greedy deal, unless it is no more even than the plain split: dealing whole items
+    heaviest-first is a heuristic, and a contiguous split cut mid-tile can already be even."""
+    work = [imbalance(predicted_work(mask, grid, tile, method, a)) for a in (dealt, plain)]
+    return dealt if work[0] < work[1] else plain
 
 
 def predicted_work(mask, grid, tile, method: str, assignment) -> list[float]:

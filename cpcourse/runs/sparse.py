@@ -130,7 +130,7 @@ def rank(req: SparseRequest) -> dict:
                                 pooled_cp(k[:, :, first], first, req.grid, req.tile), req.keep())
     else:
         mask = static_mask(req)
-    codec = Codec(req.comm_dtype, _calibrate(req, k, v) if req.comm_dtype == "fp8-tensor"
+    codec = Codec(req.comm_dtype, _calibrate(q, k, v) if req.comm_dtype == "fp8-tensor"
                   else None)
     stats: dict = {}
     if req.method == "ulysses":
@@ -152,11 +152,12 @@ def rank(req: SparseRequest) -> dict:
             "mask": mask if r == 0 else None}
 
 
-def _calibrate(req, k, v) -> float:
-    """The per-tensor fp8 scale, calibrated once: the largest |k|, |v| over every rank."""
+def _calibrate(q, k, v) -> float:
+    """The per-tensor fp8 scale, calibrated once: the largest |q|, |k|, |v| over every rank
+    (out, an average of v's rows, never exceeds max |v|)."""
     import torch.distributed as dist
 
-    amax = torch.stack([k.abs().amax(), v.abs().amax()]).amax().float().reshape(1)
+    amax = torch.stack([x.abs().amax() for x in (q, k, v)]).amax().float().reshape(1)
     dist.all_reduce(amax, op=dist.ReduceOp.MAX)
     return calibrated_scale(float(amax))
 
