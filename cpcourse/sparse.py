@@ -22,6 +22,7 @@ disjoint key sets merge exactly (`cpcourse.attention.merge_attention`): what CP 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -135,31 +136,58 @@ def check_block_mask(mask, heads: int, n_tiles: int) -> torch.Tensor:
     return mask
 
 
-def _check(q, k, v, mask, grid, tile) -> torch.Tensor:
-    length = math.prod(_triple("grid", grid))
+@dataclass(frozen=True)
+class BlockMask:
+    """A checked block mask: `mask` bool `[heads, n, n]` over the tiles `tile` (frames, rows,
+    cols) of a `grid` (T, H, W) of tokens. Built once, passed to every kernel and CP function."""
+
+    mask: torch.Tensor
+    grid: tuple
+    tile: tuple
+
+    def __post_init__(self):
+        object.__setattr__(self, "grid", _triple("grid", self.grid))
+        object.__setattr__(self, "tile", _triple("tile", self.tile))
+        require(isinstance(self.mask, torch.Tensor) and self.mask.dim() == 3,
+                f"mask must be a [heads, n, n] tensor, got {type(self.mask).__name__} "
+                f"{tuple(getattr(self.mask, 'shape', ()))}")
+        n = math.prod(tile_counts(self.grid, self.tile))
+        object.__setattr__(self, "mask", check_block_mask(self.mask, self.mask.shape[0], n))
+
+    @property
+    def length(self) -> int:
+        return math.prod(self.grid)
+
+    def of_heads(self, heads) -> BlockMask:
+        """The mask of some heads (a rank's, under Ulysses)."""
+        return BlockMask(self.mask[list(heads)], self.grid, self.tile)
+
+
+def _check(q, k, v, bm: BlockMask) -> None:
+    require(isinstance(bm, BlockMask), f"bm must be a BlockMask, got {type(bm).__name__}")
     require(q.dim() == 4 and q.shape == k.shape and k.shape[:3] == v.shape[:3],
             f"q, k, v must be [B, heads, L, D] of one shape, got {tuple(q.shape)}, "
             f"{tuple(k.shape)}, {tuple(v.shape)}")
-    require(q.shape[2] == length, f"grid {tuple(grid)} holds {length} tokens but q has "
+    require(q.shape[2] == bm.length, f"grid {bm.grid} holds {bm.length} tokens but q has "
             f"L={q.shape[2]}")
-    return check_block_mask(mask, q.shape[1], math.prod(tile_counts(grid, tile)))
+    check_block_mask(bm.mask, q.shape[1], bm.mask.shape[1])
 
 
-def token_mask(mask, grid, tile) -> torch.Tensor:
+def token_mask(bm: BlockMask) -> torch.Tensor:
     """The block mask at token level: `[heads, L, L]` bool."""
-    owner = tile_of_token(grid, tile)
-    return mask[:, owner[:, None], owner[None, :]]
+    owner = tile_of_token(bm.grid, bm.tile)
+    return bm.mask[:, owner[:, None], owner[None, :]]
 
 
-def masked_attention(q, k, v, mask, grid, tile, scale=None):
+def masked_attention(q, k, v, bm: BlockMask, scale=None):
     """The reference: dense scores `[B, heads, L, L]`, masked to -inf outside the kept blocks,
     one softmax. Returns (out `[B, heads, L, D]` in q's dtype, lse `[B, heads, L]`), computed in
     float64 for float64 inputs (float32 otherwise)."""
-    mask = _check(q, k, v, mask, grid, tile)
+    _check(q, k, v, bm)
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * scale
-    scores = scores.masked_fill(~token_mask(mask, grid, tile), -math.inf)
+    scores = scores.masked_fill(~token_mask(bm), -math.inf)
     lse = torch.logsumexp(scores, dim=-1)
     out = torch.softmax(scores, dim=-1) @ v.to(acc)
     return out.to(q.dtype), lse
@@ -171,7 +199,7 @@ def _groups(ids: torch.Tensor, owner: torch.Tensor, n: int) -> list[torch.Tensor
     return [(tiles == i).nonzero().flatten() for i in range(n)]
 
 
-def block_sparse_attention(q, k, v, mask, grid, tile, scale=None, q_ids=None, k_ids=None,
+def block_sparse_attention(q, k, v, bm: BlockMask, scale=None, q_ids=None, k_ids=None,
                            stats=None):
     """Attention over the kept blocks only: (out `[B, heads, Lq, D]`, lse `[B, heads, Lq]`).
 
@@ -181,12 +209,11 @@ def block_sparse_attention(q, k, v, mask, grid, tile, scale=None, q_ids=None, k_
     `stats` (a dict) gains "work" (score entries computed: |q tile| x |k tile| per kept block),
     "blocks" (kept blocks computed) and "skipped" (blocks with tokens on both sides but masked).
     """
-    length = math.prod(_triple("grid", grid))
-    q_ids = torch.arange(length) if q_ids is None else q_ids
-    k_ids = torch.arange(length) if k_ids is None else k_ids
-    n = math.prod(tile_counts(grid, tile))
-    mask = check_block_mask(mask, q.shape[1], n)
-    owner = tile_of_token(grid, tile)
+    q_ids = torch.arange(bm.length) if q_ids is None else q_ids
+    k_ids = torch.arange(bm.length) if k_ids is None else k_ids
+    mask, n = bm.mask, bm.mask.shape[1]
+    require(mask.shape[0] == q.shape[1], f"bm has {mask.shape[0]} heads, q {q.shape[1]}")
+    owner = tile_of_token(bm.grid, bm.tile)
     qg, kg = _groups(q_ids, owner, n), _groups(k_ids, owner, n)
     out = q.new_zeros(*q.shape[:3], v.shape[-1])
     lse = torch.full(q.shape[:3], -math.inf, dtype=torch.float64 if q.dtype == torch.float64

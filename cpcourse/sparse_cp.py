@@ -20,14 +20,19 @@ imbalance is max over mean of the ranks' work. A `codec` (`cpcourse.fp8_comm`) s
 
 from __future__ import annotations
 
-import math
 import time
 
 import torch
 import torch.distributed as dist
 
 from cpcourse.fp8_comm import Codec
-from cpcourse.sparse import block_sparse_attention, merge_into, tile_of_token, tile_sizes
+from cpcourse.sparse import (
+    BlockMask,
+    block_sparse_attention,
+    merge_into,
+    tile_of_token,
+    tile_sizes,
+)
 from cpcourse.support.errors import require
 from cpcourse.support.shards import shard_sizes
 
@@ -57,55 +62,56 @@ def contiguous(n: int, world: int) -> list[list[int]]:
     return out
 
 
-def block_work(mask: torch.Tensor, grid, tile) -> torch.Tensor:
+def block_work(bm: BlockMask) -> torch.Tensor:
     """`[heads, n]`: score entries each (head, query tile) computes over its kept blocks."""
-    sizes = tile_sizes(grid, tile).double()
-    return (mask.double() * sizes[None, :, None] * sizes[None, None, :]).sum(-1)
+    sizes = tile_sizes(bm.grid, bm.tile).double()
+    return (bm.mask.double() * sizes[None, :, None] * sizes[None, None, :]).sum(-1)
 
 
-def heads_of_ranks(mask, grid, tile, world: int, balance: str = "none") -> list[list[int]]:
+def heads_of_ranks(bm: BlockMask, world: int, balance: str = "none") -> list[list[int]]:
     """Ulysses: each rank's heads, contiguous or dealt by kept work (`greedy_assign`)."""
     require(balance in BALANCES, f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
-    heads = mask.shape[0]
+    heads = bm.mask.shape[0]
     require(heads % world == 0, f"Ulysses gives each rank heads/P heads: {heads} heads do not "
             f"split over {world} ranks")
     plain = contiguous(heads, world)
     if balance == "none":
         return plain
-    dealt = greedy_assign(block_work(mask, grid, tile).sum(-1).tolist(), world)
-    return _better(mask, grid, tile, "ulysses", dealt, plain)
+    dealt = greedy_assign(block_work(bm).sum(-1).tolist(), world)
+    return _better(bm, "ulysses", dealt, plain)
 
 
-def tokens_of_ranks(mask, grid, tile, world: int, balance: str = "none") -> list[torch.Tensor]:
+def tokens_of_ranks(bm: BlockMask, world: int, balance: str = "none") -> list[torch.Tensor]:
     """Ring: each rank's token ids. "none": contiguous shards of the (t, h, w) sequence
     (tensor_split order); "greedy": whole query tiles dealt by kept work, as many tiles each."""
     require(balance in BALANCES, f"balance must be one of {', '.join(BALANCES)}, got {balance!r}")
-    owner = tile_of_token(grid, tile)
+    owner = tile_of_token(bm.grid, bm.tile)
     plain = [torch.tensor(ids, dtype=torch.long) for ids in contiguous(len(owner), world)]
     if balance == "none":
         return plain
-    require(mask.shape[1] >= world, f"greedy gives each rank whole tiles: {mask.shape[1]} tiles "
-            f"for {world} ranks; use smaller tiles or fewer ranks")
-    tiles = greedy_assign(block_work(mask, grid, tile).sum(0).tolist(), world)
+    n = bm.mask.shape[1]
+    require(n >= world, f"greedy gives each rank whole tiles: {n} tiles for {world} ranks; "
+            "use smaller tiles or fewer ranks")
+    tiles = greedy_assign(block_work(bm).sum(0).tolist(), world)
     dealt = [torch.isin(owner, torch.tensor(t)).nonzero().flatten() for t in tiles]
-    return _better(mask, grid, tile, "ring", dealt, plain)
+    return _better(bm, "ring", dealt, plain)
 
 
-def _better(mask, grid, tile, method, dealt, plain):
+def _better(bm, method, dealt, plain):
     """The greedy deal, unless it is no more even than the plain split: dealing whole items
     heaviest-first is a heuristic, and a contiguous split cut mid-tile can already be even."""
-    work = [imbalance(predicted_work(mask, grid, tile, method, a)) for a in (dealt, plain)]
+    work = [imbalance(predicted_work(bm, method, a)) for a in (dealt, plain)]
     return dealt if work[0] < work[1] else plain
 
 
-def predicted_work(mask, grid, tile, method: str, assignment) -> list[float]:
+def predicted_work(bm: BlockMask, method: str, assignment) -> list[float]:
     """Each rank's score entries, without running: Ulysses sums its heads' work, the ring its
     queries' rows (tokens of a tile a rank holds only part of count for that part)."""
     if method == "ulysses":
-        per_head = block_work(mask, grid, tile).sum(-1)
+        per_head = block_work(bm).sum(-1)
         return [float(per_head[h].sum()) for h in assignment]
-    owner, sizes = tile_of_token(grid, tile), tile_sizes(grid, tile).double()
-    per_token = (mask.double() * sizes[None, None, :]).sum((0, 2))[owner]  # over heads, keys
+    owner, sizes = tile_of_token(bm.grid, bm.tile), tile_sizes(bm.grid, bm.tile).double()
+    per_token = (bm.mask.double() * sizes[None, None, :]).sum((0, 2))[owner]  # over heads, keys
     return [float(per_token[ids].sum()) for ids in assignment]
 
 
@@ -115,14 +121,14 @@ def imbalance(work) -> float:
     return max(work) / mean if mean else 1.0
 
 
-def ring_needs(mask, grid, tile, ids) -> torch.Tensor:
+def ring_needs(bm: BlockMask, ids) -> torch.Tensor:
     """`[P, P]` bool: need[a, b] when rank b's queries keep a block of rank a's keys."""
-    owner = tile_of_token(grid, tile)
-    n, world = mask.shape[1], len(ids)
+    owner = tile_of_token(bm.grid, bm.tile)
+    n, world = bm.mask.shape[1], len(ids)
     has = torch.zeros(world, n, dtype=torch.bool)
     for r, t in enumerate(ids):
         has[r, owner[t]] = True
-    kept = mask.any(0).double()                                  # [n q tiles, n k tiles]
+    kept = bm.mask.any(0).double()                                  # [n q tiles, n k tiles]
     return (has.double() @ kept @ has.double().T > 0).T.clone()  # [a keys, b queries]
 
 
@@ -143,16 +149,23 @@ def _exchange(sends: list, recv_shapes: list, codec: Codec, dtype, group) -> lis
     return got, sum(len(b) for b in bufs)
 
 
-def ulysses_sparse(q, k, v, mask, grid, tile, heads=None, group=None, scale=None, codec=None,
-                   stats=None):
-    """Sparse attention, Ulysses style. q, k, v `[B, H, L_r, D]`: this rank's contiguous shard
-    (tensor_split order) of every head. `heads`: each rank's head ids (default contiguous,
-    `heads_of_ranks` for a balanced deal). Returns out `[B, H, L_r, D]`; `stats` (a dict) gets
-    work, blocks, skipped, bytes_sent, dense_bytes (the same run's bytes in fp32 if exact)."""
+def _lengths(mine: int, group) -> list[int]:
+    """Every rank's sequence length (one small all-gather)."""
+    got = [torch.zeros(1, dtype=torch.long) for _ in range(dist.get_world_size(group))]
+    dist.all_gather(got, torch.tensor([mine]), group=group)
+    return [int(g) for g in got]
+
+
+def ulysses_sparse(q, k, v, bm: BlockMask, heads=None, group=None, codec=None, stats=None):
+    """Sparse attention, Ulysses style. q, k, v `[B, H, L_r, D]`: this rank's contiguous run of
+    the sequence (any lengths, agreed here: tensor_split order or whole frames). `heads`: each
+    rank's head ids (default contiguous, `heads_of_ranks` for a balanced deal). Returns out
+    `[B, H, L_r, D]`; `stats` (a dict) gets work, blocks, skipped, bytes_sent, dense_bytes (the
+    same exchange's bytes in the inputs' dtype) and seconds."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     codec = codec or Codec()
     b, h, _, d = q.shape
-    lens = shard_sizes(math.prod(grid), world)
+    lens = _lengths(q.shape[2], group)
     heads = heads or contiguous(h, world)
     qkv = torch.stack([q, k, v])                                 # [3, B, H, L_r, D]
     t0 = time.perf_counter()
@@ -161,8 +174,8 @@ def ulysses_sparse(q, k, v, mask, grid, tile, heads=None, group=None, scale=None
                                   for j in range(world)], codec, q.dtype, group)
     mine = torch.cat(got, dim=3)                                 # [3, B, H/P, L, D]
     st = {} if stats is None else stats
-    out, _ = block_sparse_attention(mine[0], mine[1], mine[2], mask[heads[rank]], grid, tile,
-                                    scale=scale, stats=st)       # [B, H/P, L, D]
+    out, _ = block_sparse_attention(mine[0], mine[1], mine[2], bm.of_heads(heads[rank]),
+                                    stats=st)                    # [B, H/P, L, D]
     pieces = list(out.to(q.dtype).split(lens, dim=2))
     back, sent2 = _exchange(pieces, [(b, len(heads[j]), lens[rank], d) for j in range(world)],
                             codec, q.dtype, group)
@@ -177,20 +190,19 @@ def ulysses_sparse(q, k, v, mask, grid, tile, heads=None, group=None, scale=None
     return result
 
 
-def ring_sparse(q, k, v, mask, grid, tile, ids, group=None, scale=None, skip=True, codec=None,
-                stats=None):
+def ring_sparse(q, k, v, bm: BlockMask, ids, group=None, codec=None, stats=None):
     """Sparse attention, ring style. q, k, v `[B, H, len(ids[rank]), D]`: this rank's tokens
     `ids[rank]` (global (t, h, w) ids; contiguous shards or `tokens_of_ranks`). At step s rank r
     sends its own K/V to r + s and receives r - s's, each only when the receiver's queries keep
-    a block of it (`skip`; without it, always: a dense ring's bytes). Returns out
+    a block of it (`dense_bytes`: what a ring that never skips sends). Returns out
     `[B, H, len(ids[rank]), D]`; `stats` as for `ulysses_sparse`."""
     rank, world = dist.get_rank(group), dist.get_world_size(group)
     codec = codec or Codec()
-    need = ring_needs(mask, grid, tile, ids) if skip else torch.ones(world, world, dtype=bool)
+    need = ring_needs(bm, ids)
     st = {} if stats is None else stats
     t0 = time.perf_counter()
-    acc = merge_into(None, block_sparse_attention(q, k, v, mask, grid, tile, scale=scale,
-                                                  q_ids=ids[rank], k_ids=ids[rank], stats=st))
+    acc = merge_into(None, block_sparse_attention(q, k, v, bm, q_ids=ids[rank], k_ids=ids[rank],
+                                                  stats=st))
     kv = torch.stack([k, v])                                     # [2, B, H, L_r, D]
     sent = dense = 0
     for s in range(1, world):
@@ -210,8 +222,7 @@ def ring_sparse(q, k, v, mask, grid, tile, ids, group=None, scale=None, skip=Tru
         if need[src, rank]:
             kv_src = codec.decode(buf, shape, k.dtype)
             acc = merge_into(acc, block_sparse_attention(
-                q, kv_src[0], kv_src[1], mask, grid, tile, scale=scale, q_ids=ids[rank],
-                k_ids=ids[src], stats=st))
+                q, kv_src[0], kv_src[1], bm, q_ids=ids[rank], k_ids=ids[src], stats=st))
     st.update(bytes_sent=sent, dense_bytes=dense, seconds=time.perf_counter() - t0)
     return acc[0].to(q.dtype)
 

@@ -21,6 +21,7 @@ import torch
 from cpcourse.fp8_comm import COMM_DTYPES, Codec, calibrated_scale
 from cpcourse.launch import check_nproc, launch
 from cpcourse.sparse import (
+    BlockMask,
     masked_attention,
     radial_mask,
     sliding_tile_mask,
@@ -108,13 +109,15 @@ def inputs(req: SparseRequest):
                         dtype=torch.float64).to(getattr(torch, req.dtype)) for _ in range(3)]
 
 
-def static_mask(req: SparseRequest, q=None, k=None) -> torch.Tensor:
+def static_mask(req: SparseRequest, q=None, k=None) -> BlockMask:
     """The mask one process would use (top-k from the whole q, k)."""
     if req.mask == "tile":
-        return sliding_tile_mask(req.grid, req.tile, req.window, req.heads)
-    if req.mask == "radial":
-        return radial_mask(req.grid, req.tile, req.heads)
-    return topk_mask(q, k, req.grid, req.tile, req.keep())
+        mask = sliding_tile_mask(req.grid, req.tile, req.window, req.heads)
+    elif req.mask == "radial":
+        mask = radial_mask(req.grid, req.tile, req.heads)
+    else:
+        mask = topk_mask(q, k, req.grid, req.tile, req.keep())
+    return BlockMask(mask, req.grid, req.tile)
 
 
 def rank(req: SparseRequest) -> dict:
@@ -126,30 +129,30 @@ def rank(req: SparseRequest) -> dict:
     q, k, v = inputs(req)
     first = torch.tensor_split(torch.arange(q.shape[2]), world)[r]   # contiguous shard
     if req.mask == "topk":  # tile means all-reduced: every rank derives the same mask
-        mask = topk_from_pooled(pooled_cp(q[:, :, first], first, req.grid, req.tile),
-                                pooled_cp(k[:, :, first], first, req.grid, req.tile), req.keep())
+        bm = BlockMask(topk_from_pooled(pooled_cp(q[:, :, first], first, req.grid, req.tile),
+                                        pooled_cp(k[:, :, first], first, req.grid, req.tile),
+                                        req.keep()), req.grid, req.tile)
     else:
-        mask = static_mask(req)
+        bm = static_mask(req)
     codec = Codec(req.comm_dtype, _calibrate(q, k, v) if req.comm_dtype == "fp8-tensor"
                   else None)
     stats: dict = {}
     if req.method == "ulysses":
-        heads = heads_of_ranks(mask, req.grid, req.tile, world, req.balance)
-        out = ulysses_sparse(q[:, :, first], k[:, :, first], v[:, :, first], mask, req.grid,
-                             req.tile, heads=heads, codec=codec, stats=stats)
+        heads = heads_of_ranks(bm, world, req.balance)
+        out = ulysses_sparse(q[:, :, first], k[:, :, first], v[:, :, first], bm, heads=heads,
+                             codec=codec, stats=stats)
         ids, assignment = first, heads
     else:
-        tokens = tokens_of_ranks(mask, req.grid, req.tile, world, req.balance)
+        tokens = tokens_of_ranks(bm, world, req.balance)
         ids, assignment = tokens[r], tokens
-        out = ring_sparse(q[:, :, ids], k[:, :, ids], v[:, :, ids], mask, req.grid, req.tile,
-                          tokens, codec=codec, stats=stats)
-    predicted = predicted_work(mask, req.grid, req.tile, req.method, assignment)
+        out = ring_sparse(q[:, :, ids], k[:, :, ids], v[:, :, ids], bm, tokens, codec=codec,
+                          stats=stats)
+    predicted = predicted_work(bm, req.method, assignment)
     return {"out": out, "ids": ids, "stats": stats, "predicted_work": predicted[r],
             "unbalanced_work": predicted_work(
-                mask, req.grid, req.tile, req.method,
-                heads_of_ranks(mask, req.grid, req.tile, world) if req.method == "ulysses"
-                else tokens_of_ranks(mask, req.grid, req.tile, world))[r],
-            "mask": mask if r == 0 else None}
+                bm, req.method, heads_of_ranks(bm, world) if req.method == "ulysses"
+                else tokens_of_ranks(bm, world))[r],
+            "mask": bm if r == 0 else None}
 
 
 def _calibrate(q, k, v) -> float:
@@ -182,7 +185,7 @@ def report(req: SparseRequest, results: list[dict], compare: bool = True) -> dic
            "dtype": req.dtype, "comm_dtype": req.comm_dtype, "work_per_rank": work,
            "imbalance": imbalance(work),
            "imbalance_unbalanced": imbalance([res["unbalanced_work"] for res in results]),
-           "density": float(results[0]["mask"].double().mean()),
+           "density": float(results[0]["mask"].mask.double().mean()),
            "bytes_per_rank": [int(s["bytes_sent"]) for s in stats],
            "dense_bytes_per_rank": [int(s["dense_bytes"]) for s in stats],
            "skipped_fraction": skipped / max(1, blocks + skipped),
@@ -190,15 +193,15 @@ def report(req: SparseRequest, results: list[dict], compare: bool = True) -> dic
            "tokens_per_rank": [len(res["ids"]) for res in results]
            if req.method == "ring" else shard_sizes(q.shape[2], req.nproc)}
     if compare:
-        mask = results[0]["mask"]
-        want, _ = masked_attention(q.double(), k.double(), v.double(), mask, req.grid, req.tile)
+        bm = results[0]["mask"]
+        want, _ = masked_attention(q.double(), k.double(), v.double(), bm)
         err = float((out.double() - want).abs().max())
         # block-sparse sums its kept keys tile by tile, and the ring merges partial softmaxes:
         # rounding in another order than one dense softmax, the merge class of the one rule
         tol = tolerance("sparse", req.dtype, scale=float(want.abs().max()))
         exact = req.comm_dtype == "fp32"
         rep.update(max_abs_err=err, tolerance=tol, within_tolerance=err <= tol, exact=exact,
-                   mask_matches_one_process=bool(torch.equal(mask, static_mask(req, q, k))))
+                   mask_matches_one_process=bool(torch.equal(bm.mask, static_mask(req, q, k).mask)))
         if not exact:
             rep["why"] = f"K/V{', q and out' if req.method == 'ulysses' else ''} sent as " \
                          f"{req.comm_dtype}: rounded on the wire"

@@ -39,9 +39,10 @@ def masks(q, k, grid, tile, heads):
 def test_block_sparse_equals_dense_masked(grid, tile, heads, seed, which):
     q, k, v = qkv(grid, heads, seed=seed)
     mask = masks(q, k, grid, tile, heads)[which]
-    want = S.masked_attention(q, k, v, mask, grid, tile)
+    bm = S.BlockMask(mask, grid, tile)
+    want = S.masked_attention(q, k, v, bm)
     stats = {}
-    got = S.block_sparse_attention(q, k, v, mask, grid, tile, stats=stats)
+    got = S.block_sparse_attention(q, k, v, bm, stats=stats)
     torch.testing.assert_close(got[0], want[0], atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(got[1], want[1], atol=1e-12, rtol=1e-12)
     sizes = S.tile_sizes(grid, tile)
@@ -54,14 +55,14 @@ def test_block_sparse_equals_dense_masked(grid, tile, heads, seed, which):
 def test_partial_key_sets_merge_to_the_whole(grid, tile, seed, cut):
     """Keys split anywhere (a tile cut in two included): the partials merge exactly."""
     q, k, v = qkv(grid, 2, seed=seed)
-    mask = S.radial_mask(grid, tile, 2)
+    mask = S.BlockMask(S.radial_mask(grid, tile, 2), grid, tile)
     length = q.shape[2]
     perm = torch.randperm(length, generator=torch.Generator().manual_seed(seed))
     a, b = perm[: int(cut * length)], perm[int(cut * length):]
-    pa = S.block_sparse_attention(q, k[:, :, a], v[:, :, a], mask, grid, tile, k_ids=a)
-    pb = S.block_sparse_attention(q, k[:, :, b], v[:, :, b], mask, grid, tile, k_ids=b)
+    pa = S.block_sparse_attention(q, k[:, :, a], v[:, :, a], mask, k_ids=a)
+    pb = S.block_sparse_attention(q, k[:, :, b], v[:, :, b], mask, k_ids=b)
     out, lse = merge_attention(*pa, *pb)
-    want = S.masked_attention(q, k, v, mask, grid, tile)
+    want = S.masked_attention(q, k, v, mask)
     torch.testing.assert_close(out, want[0], atol=1e-12, rtol=1e-12)
     torch.testing.assert_close(lse, want[1], atol=1e-12, rtol=1e-12)
 
@@ -69,9 +70,9 @@ def test_partial_key_sets_merge_to_the_whole(grid, tile, seed, cut):
 def test_float32_within_the_one_kernel_tolerance():
     grid, tile = (3, 5, 7), (2, 2, 3)
     q, k, v = qkv(grid, 3, dtype=torch.float32, seed=3, b=2)
-    mask = S.topk_mask(q, k, grid, tile, [1, 3, 6])
-    want = S.masked_attention(q.double(), k.double(), v.double(), mask, grid, tile)
-    got = S.block_sparse_attention(q, k, v, mask, grid, tile)
+    mask = S.BlockMask(S.topk_mask(q, k, grid, tile, [1, 3, 6]), grid, tile)
+    want = S.masked_attention(q.double(), k.double(), v.double(), mask)
+    got = S.block_sparse_attention(q, k, v, mask)
     assert got[0].dtype == torch.float32 and got[1].dtype == torch.float32
     assert (got[0].double() - want[0]).abs().max() < 1e-5
 
@@ -94,14 +95,16 @@ def test_bad_masks_are_refused_in_one_line():
     grid, tile = (2, 2, 2), (1, 1, 2)
     q, k, v = qkv(grid, 2)
     good = S.radial_mask(grid, tile, 2)
-    with pytest.raises(InputError, match=r"mask must be \[heads=2"):
-        S.block_sparse_attention(q, k, v, good[:1], grid, tile)
+    with pytest.raises(InputError, match=r"mask must be \[heads=1, n_tiles=4"):
+        S.BlockMask(good[:1, :3], grid, tile)
+    with pytest.raises(InputError, match="bm has 1 heads, q 2"):
+        S.block_sparse_attention(q, k, v, S.BlockMask(good[:1], grid, tile))
     bad = good.clone()
     bad[1, 3] = False
     with pytest.raises(InputError, match=r"head 1, query tile 3\) keeps no key") as info:
-        S.masked_attention(q, k, v, bad, grid, tile)
+        S.BlockMask(bad, grid, tile)
     assert "\n" not in str(info.value)
     with pytest.raises(InputError, match="grid"):
-        S.masked_attention(q, k, v, good, (2, 2, 3), tile)
+        S.masked_attention(q, k, v, S.BlockMask(good[:, :2, :2], (2, 1, 2), tile))
     with pytest.raises(InputError, match="tile"):
         S.tile_counts(grid, (1, 0, 1))
