@@ -29,6 +29,7 @@ import json
 
 from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     _approx_flags(p)
     p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
     _causal_flags(p)
+    p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
+                   help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
+                        "--compare: PSNR vs the exact clip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -133,6 +137,7 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "parallel": "windows", "approx": "trained", "warmup": "approx",
               "patches": "pipefusion", "split": "approximate", "cache": "trained",
               "cache_threshold": "cache"}
+MODE_FLAGS["comm_dtype"] = "comm"
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -164,7 +169,16 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
             "approximate": (clips and (args.approx is not None or args.cache is not None),
                             "--approx METHOD or --cache fbcache"),
             "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
-            "cache": (clips and args.cache is not None, "--cache fbcache")}
+            "cache": (clips and args.cache is not None, "--cache fbcache"),
+            "comm": (plain_cp_exact(args, one_clip and not random), "one exact clip of the "
+                     "trained model: no --weights random, --window, --causal, --layout, "
+                     "--approx or --cache")}
+
+
+def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
+    """--comm-dtype's mode: one trained clip by plain CP, no approximation."""
+    return (one_trained_clip and args.layout is None and args.approx is None
+            and args.cache is None)
 
 
 def main(argv: list[str]) -> int:
@@ -191,6 +205,8 @@ def main(argv: list[str]) -> int:
     if args.window is not None:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
+    if args.comm_dtype is not None:
+        return _main_comm(args)
     other, layout = _check_one_clip(args)
     run = dict(prompt=args.prompt, weights=args.weights, frames=args.frames,
                height=args.height, width=args.width, steps=args.steps, cfg_scale=args.cfg,
@@ -269,3 +285,34 @@ def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
     for key in ("saved", "gif"):
         if key in report:
             print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))
+
+
+def _main_comm(args: argparse.Namespace) -> int:
+    """`--comm-dtype`: the shipped model's clip with its attention traffic in that dtype."""
+    from cpcourse.runs.comm_generate import CommRequest, run
+
+    fixed = [f for f, v in (("--frames", args.frames), ("--height", args.height),
+                            ("--width", args.width), ("--steps", args.steps),
+                            ("--cfg-scale", args.cfg), ("--save", args.save),
+                            ("--gif", args.gif), ("--compare-to", args.compare_to),
+                            ("--full", args.full), ("--temporal", args.temporal))
+             if v is not None] + (["--dtype"] if args.dtype != "fp32" else [])
+    require(not fixed, f"{fixed[0] if fixed else ''} has no effect with --comm-dtype: it "
+            "samples the shipped model at its own size and settings in fp32; drop it")
+    req = CommRequest(prompt=args.prompt or "circle-right", seed=args.seed,
+                      nproc=2 if args.nproc is None else args.nproc, comm_dtype=args.comm_dtype,
+                      timeout=positive_float("--timeout", args.timeout or 300.0, high=3600))
+    report = run(req, compare=args.compare)
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    print(f"{req.prompt} (seed {req.seed}) on {req.nproc} ranks, attention traffic in "
+          f"{req.comm_dtype}: {report['comm_bytes'] / 1e6:.2f} MB sent (bf16: "
+          f"{report['comm_bytes_bf16'] / 1e6:.2f} MB); tracker: {report['track']['shape']} "
+          f"moving {report['track']['direction']} ({'as' if report['tracked'] else 'NOT as'} "
+          f"prompted)")
+    if "psnr" in report:
+        p = "identical" if report["psnr"] is None else f"PSNR {report['psnr']:.1f} dB"
+        print(f"  against the exact clip: {p}, max |difference| "
+              f"{report['max_abs_diff_vs_exact']:.3g}")
+    return 0

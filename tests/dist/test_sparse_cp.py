@@ -67,3 +67,18 @@ def test_every_method_mask_and_balance_is_exact(world):
         # e4m3 keeps 4 significant bits of q and k: scores move by a few per cent of |q||k|
         limit = 0.02 if req.comm_dtype == "bf16" else 0.3
         assert not rep["exact"] and rep["max_abs_err"] < limit, (name, rep["max_abs_err"])
+
+
+def test_generate_with_fp8_traffic_halves_bytes_and_keeps_the_motion():
+    """`cpcourse generate --comm-dtype fp8 --compare --json` on 2 ranks: the keys, bytes with
+    scales at 34/64 of bf16 (head_dim 32, one bf16 scale per row), the clip near the exact one."""
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-m", "cpcourse", "generate", "--prompt", "square-up",
+                          "--nproc", "2", "--comm-dtype", "fp8", "--compare", "--json"],
+                         capture_output=True, text=True, timeout=600, check=True)
+    rep = json.loads(out.stdout)
+    assert rep["comm_bytes"] / rep["comm_bytes_bf16"] == pytest.approx(34 / 64)
+    assert rep["psnr"] > 30 and rep["tracked"] and not rep["exact"]
