@@ -108,3 +108,46 @@ def test_bad_masks_are_refused_in_one_line():
         S.masked_attention(q, k, v, S.BlockMask(good[:, :2, :2], (2, 1, 2), tile))
     with pytest.raises(InputError, match="tile"):
         S.tile_counts(grid, (1, 0, 1))
+
+
+def test_running_max_skip_depends_on_the_visiting_order():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 2, 24, 8, generator=g) * 3
+    k, v = (torch.randn(1, 2, 24, 8, generator=g) for _ in range(2))
+    blocks = list(torch.arange(24).tensor_split(4))
+    exact, none = S.running_max_skip(q, k, v, blocks, float("inf"))
+    bm = S.BlockMask(torch.ones(2, 1, 1, dtype=torch.bool), (1, 1, 24), (1, 1, 24))
+    torch.testing.assert_close(exact, S.masked_attention(q.double(), k.double(), v.double(),
+                                                         bm)[0], atol=1e-12, rtol=1e-12)
+    assert none == 0.0
+    forward, skipped = S.running_max_skip(q, k, v, blocks, 2.0)
+    backward, _ = S.running_max_skip(q, k, v, blocks[::-1], 2.0)
+    assert skipped > 0 and (forward - exact).abs().max() > 1e-3
+    assert (forward - backward).abs().max() > 1e-3   # the same rule, another order
+
+
+def test_greedy_deals_balance_and_the_ring_knows_who_needs_what():
+    from cpcourse import sparse_cp as C
+
+    assert C.greedy_assign([8, 7, 6, 5, 4, 3, 2, 1], 2) == [[0, 3, 4, 7], [1, 2, 5, 6]]
+    assert C.contiguous(5, 2) == [[0, 1, 2], [3, 4]]
+    assert C.imbalance([3, 1]) == 1.5 and C.imbalance([0, 0]) == 1.0
+    grid, tile = (4, 2, 2), (1, 2, 2)                        # one tile per frame
+    local = S.BlockMask(S.sliding_tile_mask(grid, tile, (3, 2, 2), 1), grid, tile)
+    ids = C.tokens_of_ranks(local, 4)
+    need = C.ring_needs(local, ids)                          # a halo: neighbours only
+    assert need.tolist() == [[True, True, False, False], [True, True, True, False],
+                             [False, True, True, True], [False, False, True, True]]
+    # a one-way mask: frame 3's queries keep frame 0's keys, not the reverse
+    one_way = torch.eye(4, dtype=torch.bool)[None].clone()
+    one_way[0, 3, 0] = True
+    need = C.ring_needs(S.BlockMask(one_way, grid, tile), ids)
+    assert need[0, 3] and not need[3, 0]
+    q, k, _ = qkv(grid, 4)
+    topk = S.BlockMask(S.topk_mask(q, k, grid, tile, [1, 1, 4, 4]), grid, tile)
+    plain = C.heads_of_ranks(topk, 2)
+    dealt = C.heads_of_ranks(topk, 2, "greedy")
+    assert C.imbalance(C.predicted_work(topk, "ulysses", dealt)) < \
+        C.imbalance(C.predicted_work(topk, "ulysses", plain))
+    with pytest.raises(InputError, match="do not split over 3 ranks"):
+        C.heads_of_ranks(topk, 3)
