@@ -61,3 +61,19 @@ def test_bad_codecs_are_refused():
         Codec("fp8-tensor")
     with pytest.raises(InputError, match="scale must be"):
         Codec("fp8-tensor", -1.0)
+
+
+def test_the_planners_scale_matches_the_messages():
+    from cpcourse.planner.costs import comm_dtype_scale
+
+    for d in (16, 32, 128):
+        shape = (2, 4, 64, d)
+        for kind in ("fp32", "bf16", "fp8"):
+            c = Codec(kind)
+            assert comm_dtype_scale(kind, d) == pytest.approx(
+                c.nbytes(shape) / Codec("bf16").nbytes(shape))
+        assert comm_dtype_scale("fp8-tensor", d) == pytest.approx(
+            Codec("fp8-tensor", 1.0).nbytes(shape) / Codec("bf16").nbytes(shape), rel=1e-3)
+    assert comm_dtype_scale("fp8", 128, dtype="fp32") == pytest.approx(130 / 512)
+    with pytest.raises(InputError, match="comm_dtype"):
+        comm_dtype_scale("fp4", 128)
