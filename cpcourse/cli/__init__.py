@@ -36,6 +36,7 @@ DELEGATED = {
     "models": ("cpcourse.cli.models",
                "a tiny real diffusers video transformer (Wan, HunyuanVideo, ...) under CP"),
     "vae": ("cpcourse.cli.vae", "a tiny real video VAE decoded on P ranks split along height"),
+    "sparse": ("cpcourse.cli.sparse", "block-sparse video attention on P ranks: work, bytes"),
 }
 CALCULATORS = ("tokens", "memory", "comm", "plan")
 # Inside the user's own torchrun these run as its rank; these others start processes of their

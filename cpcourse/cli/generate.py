@@ -29,6 +29,7 @@ import json
 
 from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
@@ -81,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     _approx_flags(p)
     p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
     _causal_flags(p)
+    p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
+                   help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
+                        "--compare: PSNR vs the exact clip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -133,6 +137,7 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "parallel": "windows", "approx": "trained", "warmup": "approx",
               "patches": "pipefusion", "split": "approximate", "cache": "trained",
               "cache_threshold": "cache"}
+MODE_FLAGS["comm_dtype"] = "comm"
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -164,7 +169,16 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
             "approximate": (clips and (args.approx is not None or args.cache is not None),
                             "--approx METHOD or --cache fbcache"),
             "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
-            "cache": (clips and args.cache is not None, "--cache fbcache")}
+            "cache": (clips and args.cache is not None, "--cache fbcache"),
+            "comm": (plain_cp_exact(args, one_clip and not random), "one exact clip of the "
+                     "trained model: no --weights random, --window, --causal, --layout, "
+                     "--approx or --cache")}
+
+
+def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
+    """--comm-dtype's mode: one trained clip by plain CP, no approximation."""
+    return (one_trained_clip and args.layout is None and args.approx is None
+            and args.cache is None)
 
 
 def main(argv: list[str]) -> int:
@@ -191,6 +205,10 @@ def main(argv: list[str]) -> int:
     if args.window is not None:
         args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
+    if args.comm_dtype is not None:
+        from cpcourse.cli.generate_comm import main_comm
+
+        return main_comm(args)
     other, layout = _check_one_clip(args)
     run = dict(prompt=args.prompt, weights=args.weights, frames=args.frames,
                height=args.height, width=args.width, steps=args.steps, cfg_scale=args.cfg,

@@ -194,3 +194,19 @@ def hide_threshold(gpu: str = "h100", link: str = "ib-ndr", kernel: str | None =
     b = nbytes(canonical(dtype, CALCULATOR_DTYPES))
     return {"tokens": math.ceil(rate * b / (2 * bw)), "kernel": kernel,
             "attention_efficiency": eff, "link": lk.id, "effective_GBps": lk.effective_gbps}
+
+
+COMM_DTYPES = ("fp32", "bf16", "fp8", "fp8-tensor")  # as `cpcourse.fp8_comm` sends them
+
+
+def comm_dtype_scale(comm_dtype: str, head_dim: int, dtype: str = "bf16") -> float:
+    """How many times `dtype`'s bytes a collective moves when its activations travel as
+    `comm_dtype` (scales included): fp8 per token and head adds one bf16 scale per head_dim
+    values (1 + 2/D bytes a value: 0.508 of bf16 at D = 128), fp8 with one calibrated scale per
+    message adds nothing that counts. Multiply a comm cost's bytes and seconds by it: what
+    FP8 all-to-all (xDiT, cache-dit, LightX2V) saves on a given link."""
+    require(comm_dtype in COMM_DTYPES,
+            f"comm_dtype must be one of {', '.join(COMM_DTYPES)}, got {comm_dtype!r}")
+    d = positive_int("head_dim", head_dim)
+    per_value = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0 + 2.0 / d, "fp8-tensor": 1.0}[comm_dtype]
+    return per_value / nbytes(canonical(dtype, CALCULATOR_DTYPES))
