@@ -234,3 +234,54 @@ def run(req: TrainCPRequest, timeout: float = 600.0) -> dict:
                        "predicted_activation_bytes_per_rank": predicted_activations(
                            single["activation_bytes"], req)})
     return report
+
+
+def grad_check(seed: int, dtype: str = "float32") -> dict:
+    """On every rank: q, k, v `[1, 4, L, 8]` (L odd, so shards are uneven) requiring grad,
+    through the ring's every mode and Ulysses; per method, the worst of dq, dk, dv's
+    max |CP - float64 autograd| / max(1, max |float64 gradient|) on this rank's shards."""
+    import torch.distributed as dist
+
+    from cpcourse.ring import MODES, ring_attention
+    from cpcourse.support.shards import shard
+    from cpcourse.ulysses import ulysses_attention
+
+    rank, world = dist.get_rank(), dist.get_world_size()
+    g = torch.Generator().manual_seed(seed)
+    length = 2 * world * int(torch.randint(2, 6, (1,), generator=g)) + 1
+    whole = [torch.randn(1, 4, length, 8, generator=g, dtype=torch.float64) for _ in range(4)]
+    ref = [x.clone().requires_grad_() for x in whole[:3]]
+    (torch.softmax(ref[0] @ ref[1].mT / 8 ** 0.5, -1) @ ref[2]).backward(whole[3])
+    errors = {}
+    for method in (*MODES, "ulysses"):
+        q, k, v, dout = (shard(x, rank, world).to(getattr(torch, dtype)) for x in whole)
+        q, k, v = (x.requires_grad_() for x in (q, k, v))
+        out = (ulysses_attention(q, k, v) if method == "ulysses" else
+               ring_attention(q, k, v, mode=method))
+        out.backward(dout)
+        errors[method] = max(float((x.grad.double() - shard(r.grad, rank, world)).abs().max())
+                             / max(1.0, float(r.grad.abs().max()))
+                             for x, r in zip((q, k, v), ref, strict=True))
+    return {"length": length, "errors": errors}
+
+
+def cp_traffic(batch: int, heads: int, tokens_per_rank: int, head_dim: int, world: int,
+               elem: int = 2, acc: int = 4) -> list[dict]:
+    """Bytes one rank sends per attention call, forward and backward, and what it holds for the
+    backward (module docstrings of `cpcourse.ring` and `cpcourse.ulysses`): elements of
+    `elem` bytes (bf16: 2), the ring's backward blocks in the accumulator's `acc` bytes."""
+    shard = batch * heads * tokens_per_rank * head_dim  # elements of one of q, k, v, out
+    saved = 4 * shard * elem + batch * heads * tokens_per_rank * 4  # q, k, v, out + lse
+    a2a = 4 * shard * elem * (world - 1) // world  # q, k, v out and the output back
+    return [
+        {"method": "ring", "pass": "forward", "hops": world - 1,
+         "bytes_sent": (world - 1) * 2 * shard * elem, "buffers": 2 * 2 * shard * elem,
+         "saved_for_backward": saved},
+        {"method": "ring", "pass": "backward", "hops": world,
+         "bytes_sent": world * 4 * shard * acc, "buffers": 2 * 4 * shard * acc,
+         "saved_for_backward": 0},
+        {"method": "ulysses", "pass": "forward", "hops": 1, "bytes_sent": a2a,
+         "buffers": 2 * 3 * shard * elem, "saved_for_backward": saved},
+        {"method": "ulysses", "pass": "backward", "hops": 1, "bytes_sent": a2a,
+         "buffers": 2 * 3 * shard * elem, "saved_for_backward": 0},
+    ]
