@@ -2,10 +2,10 @@
 
     python -m pytest tests/dist/test_train_cp.py -q
 
-The scatter and gather's gradients against one process's autograd at P = 3 (uneven shards); the
-tiny DiT trained on 2 ranks (ring, Ulysses with activation checkpointing) and on dp 2 x sp 2,
-whose weights must equal one process's within `training_tolerance` and whose activations per
-rank must follow the tokens each rank holds.
+The scatter and gather's gradients, and temporal attention's ring path, against one process's
+autograd at P = 3 (uneven shards); the tiny DiT trained on 2 ranks (ring, Ulysses with
+activation checkpointing) and on dp 2 x sp 2, whose weights must equal one process's within
+`training_tolerance` and whose activations per rank must follow the tokens each rank holds.
 """
 
 import json
@@ -43,12 +43,29 @@ def boundaries():
             dist.all_reduce(w.grad)
         grads.append((x.grad, w.grad))
     (xs, ws), (xc, wc) = grads
-    return {"x": float((xs - xc).abs().max()), "w": float((ws - wc).abs().max())}
+    return {"x": float((xs - xc).abs().max()), "w": float((ws - wc).abs().max()),
+            "temporal_ring": _temporal_ring_grads(dist.get_rank(), world)}
+
+
+def _temporal_ring_grads(rank, world) -> float:
+    """temporal_attention_cp(method="ring"), the differentiable temporal path: each rank's
+    frame gradients against one process's autograd (float64, 5 frames: uneven)."""
+    from cpcourse import video
+
+    g = torch.Generator().manual_seed(1)
+    whole = [torch.randn(1, 2, 5, 3, 4, generator=g, dtype=torch.float64) for _ in range(4)]
+    ref = [x.clone().requires_grad_() for x in whole[:3]]
+    video.temporal_attention(*ref).backward(whole[3])
+    mine = [video.frame_shard(x, rank, world).clone().requires_grad_() for x in whole[:3]]
+    video.temporal_attention_cp(*mine, method="ring").backward(
+        video.frame_shard(whole[3], rank, world))
+    return max(float((m.grad - video.frame_shard(r.grad, rank, world)).abs().max())
+               for m, r in zip(mine, ref, strict=True))
 
 
 def test_scatter_and_gather_give_one_process_gradients():
     for row in launch(f"{__file__}:boundaries", 3, timeout=120, stream=False):
-        assert row["x"] <= 1e-6 and row["w"] <= 1e-5, row
+        assert row["x"] <= 1e-6 and row["w"] <= 1e-5 and row["temporal_ring"] <= 1e-12, row
 
 
 @pytest.mark.parametrize("argv", [["--nproc", "2", "--cp", "ring", "--steps", "3"],
