@@ -115,7 +115,8 @@ def usp_attention(q, k, v, mesh, scale=None):
     """
     u_group, ring_group = mesh.get_group("ulysses"), mesh.get_group("ring")
     u, ring = mesh.size(2), mesh.size(1)
-    forward_only("usp_attention", q, k, v)
+    forward_only("usp_attention", q, k, v,
+                 use="ring_attention or ulysses_attention on one group")
     if u == 1:
         out = ring_attention(q, k, v, group=ring_group, scale=scale) if ring > 1 else \
             attention_with_lse(q, k, v, scale=scale)[0].to(q.dtype)

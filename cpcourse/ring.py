@@ -30,11 +30,11 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import accumulator_dtype, attention_with_lse
+from cpcourse.attention_backward import attention_backward_from_lse, row_delta
 from cpcourse.support.agreement import Agreement, agree_kv_lens, remembered
 from cpcourse.support.errors import require
 from cpcourse.support.groups import (
     all_gather_single,
-    forward_only,
     global_rank,
     require_group,
     tracked,
@@ -84,13 +84,15 @@ class RingComm:
     """
 
     def __init__(self, group, rank: int, world: int, kv_lens: list[int], spec: tuple,
-                 device, flagged: bool = False):
+                 device, flagged: bool = False, parts: int = 2):
         self.group, self.rank, self.world, self.kv_lens = group, rank, world, kv_lens
+        # the backward's blocks are [K, V, dK, dV] (parts=4) and take one more hop: home
+        self.hops = world - 1 if parts == 2 else world
         self.dst = global_rank(group, (rank + 1) % world)
         self.src = global_rank(group, (rank - 1) % world)
         b, h, d, dtype = spec
-        self.row, self.flagged = 2 * b * h * d, int(flagged)  # elements per token; flag slot
-        self.shape = (2, b, h, -1, d)
+        self.row, self.flagged = parts * b * h * d, int(flagged)  # per token; flag slot
+        self.shape = (parts, b, h, -1, d)
         size = self.row * max(kv_lens) + self.flagged
         self.bufs = [torch.empty(size, dtype=dtype, device=device) for _ in range(2)]
         self.reqs, self.seen = [], None
@@ -114,7 +116,7 @@ class RingComm:
 
     def next_block(self, step: int) -> torch.Tensor | None:
         """The buffer for the block step + 1 computes on (rank - step - 1's); None at the end."""
-        if step == self.world - 1:
+        if step >= self.hops:
             return None
         n = self.kv_lens[(self.rank - step - 1) % self.world]
         self.nxt, self.nmsg, self.nflag = self._view(self.bufs[step % 2], n)
@@ -150,10 +152,11 @@ class RingComm:
 
 
 def _ring(q, k, v, comm: RingComm, scale, overlap: bool, rec: NoRecorder = NO_RECORDER,
-          stale: bool = False) -> torch.Tensor:
-    """Notebook 04's loop: P steps of attend, fold, pass. Returns out `[B, H, Lq_r, D]` (float32
-    for half inputs). With `overlap`, the next block is in flight while this one is computed;
-    else compute, then exchange. A `stale` rank (see RingComm) only passes blocks on."""
+          stale: bool = False) -> tuple:
+    """Notebook 04's loop: P steps of attend, fold, pass. Returns (out `[B, H, Lq_r, D]`,
+    float32 for half inputs, lse `[B, H, Lq_r]`). With `overlap`, the next block is in flight
+    while this one is computed; else compute, then exchange. A `stale` rank (see RingComm) only
+    passes blocks on."""
     kv, out, lse = comm.load(k, v, stale), None, None
     for step in range(comm.world):
         rec.start()
@@ -174,27 +177,27 @@ def _ring(q, k, v, comm: RingComm, scale, overlap: bool, rec: NoRecorder = NO_RE
                      bytes_recv=nxt.numel() * nxt.element_size() if nxt is not None else 0)
         if nxt is not None:
             kv = comm.advance()
-    return out
+    return out, lse
 
 
 def _ring_remembered(last: Agreement, q, k, v, group, rank, world, scale, overlap, stats):
-    """The ring on the group's remembered agreement, flags in every message. Returns out, or
-    None when any rank's flag was up (the caller agrees again and reruns)."""
+    """The ring on the group's remembered agreement, flags in every message. Returns (out, lse),
+    or None when any rank's flag was up (the caller agrees again and reruns)."""
     stale, mark, clean = last.changed(q, k, v), len(stats) if stats is not None else 0, False
     comm = RingComm(group, rank, world, last.kv_lens, last.spec, k.device, flagged=True)
     try:
-        out = _ring(q, k, v, comm, scale, overlap, recorder(stats, rank), stale)
+        out, lse = _ring(q, k, v, comm, scale, overlap, recorder(stats, rank), stale)
         clean = not stale and not comm.flag_raised()
     finally:
         if stats is not None and not clean:
             del stats[mark:]  # a dropped or failed attempt leaves no steps behind
-    return out.to(q.dtype) if clean else None
+    return (out.to(q.dtype), lse) if clean else None
 
 
-def _allgather(q, k, v, kv_lens, rank, world, group, scale, rec):
-    """All-gather K/V (padded to the longest shard: gloo cannot gather uneven sizes), one call."""
-    b, h, _, d = q.shape
-    rec.start()
+def _gather_kv(k, v, kv_lens, world, group):
+    """The whole K/V `[2, B, H, L, D]` on every rank, by one all-gather padded to the longest
+    shard (gloo cannot gather uneven sizes); and the bytes this rank sent."""
+    b, h, _, d = k.shape
     padded = k.new_zeros(2, b, h, max(kv_lens), d)
     padded[0, :, :, : k.shape[2]] = k
     padded[1, :, :, : v.shape[2]] = v
@@ -202,14 +205,19 @@ def _allgather(q, k, v, kv_lens, rank, world, group, scale, rec):
     with tracked("all_gather (K/V)", group=group):
         all_gather_single(gathered, padded, group=group)
     full = torch.cat([gathered[r, :, :, :, : kv_lens[r]] for r in range(world)], dim=3)
-    moved = (world - 1) * padded.numel() * padded.element_size()
-    del gathered, padded
+    return full, (world - 1) * padded.numel() * padded.element_size()
+
+
+def _allgather(q, k, v, kv_lens, rank, world, group, scale, rec):
+    """All-gather K/V, then one attention call over the whole sequence: (out, lse)."""
+    rec.start()
+    full, moved = _gather_kv(k, v, kv_lens, world, group)
     rec.comm_done(q)
-    out, _ = attention_with_lse(q, full[0], full[1], scale=scale)
+    out, lse = attention_with_lse(q, full[0], full[1], scale=scale)
     rec.compute_done(q)
     rec.step(q, step=0, kv_block=-1, q_tokens=q.shape[2], kv_tokens=full.shape[3],
              bytes_sent=moved, bytes_recv=moved)
-    return out
+    return out, lse
 
 
 def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats=None,
@@ -232,30 +240,124 @@ def ring_attention(q, k, v, group=None, scale=None, mode: str = "overlap", stats
     `lens`: every rank's K/V shard length, when the caller already knows them (a model's CP
     hooks do): no agreement and no flag, so a caller that passes wrong lens on one rank gets a
     timeout, not the agreement's clear error.
+
+    Differentiable: when q, k or v requires grad (and grad mode is on), the call is a
+    `RingAttention` autograd Function whose backward gives each rank the gradients of its own
+    shards, equal to one process's autograd; every rank must then run the backward (a training
+    step does), in every mode.
     """
     rank, world = require_group(group, "ring_attention")
-    forward_only("ring_attention", q, k, v)
     require(mode in MODES, f"mode must be one of {MODES}, got {mode!r}")
     require(all(isinstance(t, torch.Tensor) for t in (q, k, v)),
             f"q, k, v must be tensors [B, H, L, D], got "
             f"{[type(t).__name__ for t in (q, k, v)]}")
     if scale is not None:  # before any transfer: a rank must not fail alone mid-ring
         scale = attention_scale(q, scale)
+    call = (group, rank, world, scale, mode, stats, lens)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        return RingAttention.apply(q, k, v, call)
+    return _forward(q, k, v, *call)[0]
+
+
+def _forward(q, k, v, group, rank, world, scale, mode, stats, lens):
+    """The forward of every mode: (out `[B, H, Lq_r, D]` in q's dtype, lse `[B, H, Lq_r]`,
+    every rank's K/V shard length)."""
     last = remembered(group) if lens is None and world > 1 and mode != "allgather" else None
     if last is not None:
-        out = _ring_remembered(last, q, k, v, group, rank, world, scale, mode == "overlap", stats)
-        if out is not None:
-            return out
+        res = _ring_remembered(last, q, k, v, group, rank, world, scale, mode == "overlap", stats)
+        if res is not None:
+            return (*res, last.kv_lens)
     kv_lens = agree_kv_lens(q, k, v, group, rank, world, lens)
     rec = recorder(stats, rank)
     if world == 1:
         rec.start()
-        out, _ = attention_with_lse(q, k, v, scale=scale)
+        out, lse = attention_with_lse(q, k, v, scale=scale)
         rec.compute_done(q)
         rec.step(q, step=0, kv_block=0, q_tokens=q.shape[2], kv_tokens=k.shape[2],
                  bytes_sent=0, bytes_recv=0, comm_s=0.0)
-        return out
+        return out, lse, kv_lens
     if mode == "allgather":
-        return _allgather(q, k, v, kv_lens, rank, world, group, scale, rec)
+        return (*_allgather(q, k, v, kv_lens, rank, world, group, scale, rec), kv_lens)
     comm = RingComm(group, rank, world, kv_lens, (*k.shape[:2], k.shape[3], k.dtype), k.device)
-    return _ring(q, k, v, comm, scale, mode == "overlap", rec).to(q.dtype)
+    out, lse = _ring(q, k, v, comm, scale, mode == "overlap", rec)
+    return out.to(q.dtype), lse, kv_lens
+
+
+class RingAttention(torch.autograd.Function):
+    """`ring_attention` with a backward. The forward saves q, k, v (this rank's shards, alive
+    anyway), out and lse `[B, H, Lq_r]`: O(L/P) per rank, never a score matrix. The backward
+    recomputes each block's probabilities from that lse (`cpcourse.attention_backward`)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, call):
+        out, lse, kv_lens = _forward(q, k, v, *call)
+        # dense copies of views: a view of a fused qkv projection would keep all three alive
+        ctx.save_for_backward(q.contiguous(), k.contiguous(), v.contiguous(), out, lse)
+        ctx.call, ctx.kv_lens = call, kv_lens
+        return out
+
+    @staticmethod
+    def backward(ctx, dout):
+        q, k, v, out, lse = ctx.saved_tensors
+        group, rank, world, scale, mode = ctx.call[:5]
+        # every rank runs the same transfers whatever its own inputs need: no rank waits alone
+        if world == 1:
+            delta = row_delta(out, dout)
+            grads = attention_backward_from_lse(q, k, v, dout, lse, delta, scale)
+        elif mode == "allgather":
+            grads = _allgather_backward(q, k, v, out, lse, dout, ctx.kv_lens, rank, group, scale)
+        else:
+            grads = _ring_backward(q, k, v, out, lse, dout, ctx.kv_lens, rank, group, scale)
+        return (*(g.to(t.dtype) for g, t in zip(grads, (q, k, v), strict=True)), None)
+
+
+def _ring_backward(q, k, v, out, lse, dout, kv_lens, rank, group, scale):
+    """The ring's backward: P steps of recompute-and-accumulate, P hops.
+
+    dQ of this rank's queries is a sum over every K/V block: it stays here, like the forward's
+    out. dK and dV of a block are sums over every rank's QUERIES, which never move, so the
+    block's gradient accumulators travel with it: each block goes round as `[K, V, dK, dV]`
+    (packed, one message, in the accumulator dtype), gains one rank's share at each step, and
+    takes one more hop than the forward (P, not P - 1) to come home with its sums complete.
+    Cost against the forward: twice the elements per hop (float32 for half inputs: 4x the
+    bytes of bf16 K/V), one more hop, and two such buffers per rank. Compute comes before
+    each hop: a block cannot leave before this rank has added its share.
+    """
+    world = len(kv_lens)
+    acc = accumulator_dtype(q.dtype)
+    comm = RingComm(group, rank, world, kv_lens, (*k.shape[:2], k.shape[3], acc), k.device,
+                    parts=4)
+    blk = comm.load(k, v)
+    blk[2:].zero_()
+    delta = row_delta(out, dout)  # rowsum(dO o O): once, for every block
+    dq = torch.zeros(q.shape, dtype=acc, device=q.device)
+    for step in range(world):
+        part, dk, dv = attention_backward_from_lse(q, blk[0], blk[1], dout, lse, delta, scale)
+        dq += part
+        blk[2] += dk
+        blk[3] += dv
+        comm.next_block(step)
+        comm.exchange(step)
+        comm.wait(step)
+        blk = comm.advance()
+    return dq, blk[2], blk[3]  # after P hops the block is this rank's own again
+
+
+def _allgather_backward(q, k, v, out, lse, dout, kv_lens, rank, group, scale):
+    """All-gather K/V again (kept nowhere between the passes: memory over bytes), the whole
+    backward here, then every rank's dK/dV contributions summed (one all-reduce of the padded
+    `[P, 2, B, H, max L_r, D]`, which gloo takes where it has no reduce-scatter) and this rank's
+    slice kept."""
+    world = len(kv_lens)
+    full, _ = _gather_kv(k, v, kv_lens, world, group)
+    dq, dk, dv = attention_backward_from_lse(q, full[0], full[1], dout, lse,
+                                             row_delta(out, dout), scale)
+    b, h, _, d = k.shape
+    padded = dk.new_zeros(world, 2, b, h, max(kv_lens), d)
+    for r, (a, n) in enumerate(zip(torch.tensor(kv_lens).cumsum(0).tolist(), kv_lens,
+                                   strict=True)):
+        padded[r, 0, :, :, :n] = dk[:, :, a - n:a]
+        padded[r, 1, :, :, :n] = dv[:, :, a - n:a]
+    with tracked("all_reduce (dK/dV)", group=group):
+        dist.all_reduce(padded, group=group)
+    return dq, padded[rank, 0, :, :, : kv_lens[rank]], padded[rank, 1, :, :, : kv_lens[rank]]

@@ -11,6 +11,10 @@ nearly its whole shard four times, whatever P is. P must divide the number of he
 has no such limit).
 Uneven sequence shards (tensor_split order, including empty ones) ride on the uneven split
 sizes of `all_to_all_single`, which gloo and NCCL both accept.
+Backward: each all-to-all is a permutation of the tokens x heads, so its gradient is the inverse
+permutation, the other all-to-all (`SeqToHeads`, `HeadsToSeq`); between them the local attention
+is differentiated by autograd as in one process. Training costs the forward's bytes again, in the
+same four all-to-alls transposed, and no new kind of code: the simplest correct CP backward.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import attention_with_lse
 from cpcourse.support.errors import InputError, require
-from cpcourse.support.groups import agree, forward_only, require_group, tracked
+from cpcourse.support.groups import agree, require_group, tracked
 
 
 def _working_sizes(heads: int) -> list[int]:
@@ -63,16 +67,48 @@ def heads_to_seq(out: torch.Tensor, lens: list[int], rank: int, group) -> torch.
         b, world * hp, lens[rank], d)
 
 
+class SeqToHeads(torch.autograd.Function):
+    """`seq_to_heads` with its transpose, `heads_to_seq`, as backward: x `[n, B, H, L_r, D]`
+    -> `[n, B, H/P, L, D]`; the gradient `[n, B, H/P, L, D]` goes back to `[n, B, H, L_r, D]`."""
+
+    @staticmethod
+    def forward(ctx, x, lens, rank, group, what):
+        ctx.lens, ctx.rank, ctx.group, ctx.shape = lens, rank, group, x.shape
+        return seq_to_heads(x, lens, group, what)
+
+    @staticmethod
+    def backward(ctx, grad):
+        n, b, h, lr, d = ctx.shape
+        back = heads_to_seq(grad.reshape(n * b, *grad.shape[2:]), ctx.lens, ctx.rank,
+                             ctx.group)  # [n*B, H, L_r, D]: n rides in the batch dim
+        return back.reshape(n, b, h, lr, d), None, None, None, None
+
+
+class HeadsToSeq(torch.autograd.Function):
+    """`heads_to_seq` with `seq_to_heads` as backward: out `[B, H/P, L, D]` ->
+    `[B, H, L_rank, D]`, and the gradient back from `[B, H, L_rank, D]` to `[B, H/P, L, D]`."""
+
+    @staticmethod
+    def forward(ctx, out, lens, rank, group):
+        ctx.lens, ctx.group = lens, group
+        return heads_to_seq(out, lens, rank, group)
+
+    @staticmethod
+    def backward(ctx, grad):
+        back = seq_to_heads(grad.unsqueeze(0), ctx.lens, ctx.group, "gradient")
+        return back[0], None, None, None
+
+
 def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     """Attention of this rank's query shard over the whole sequence, by two all-to-alls.
 
     q `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`: contiguous shards in tensor_split order
     (lengths may differ by rank, and be 0). Returns out `[B, H, Lq_r, D]` in q's dtype. H must be
     divisible by the world size P. Pass a list as `stats` for one record with comm_s, compute_s,
-    bytes_sent (payload leaving this rank, its own chunk excluded).
+    bytes_sent (payload leaving this rank, its own chunk excluded). Differentiable: every rank
+    gets the gradients of its own shards (the all-to-alls' backward is their transpose).
     """
     rank, world = require_group(group, "ulysses_attention")
-    forward_only("ulysses_attention", q, k, v)
     shapes = agree(group, q=q, k=k, v=v)
     require(q.dim() == 4 and k.shape == v.shape and q.shape[:2] == k.shape[:2],
             f"q, k, v must be [B, H, L, D] shards with k and v of one shape, got {tuple(q.shape)}, "
@@ -89,14 +125,14 @@ def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     q_lens, kv_lens = [s[2] for s in shapes["q"]], [s[2] for s in shapes["k"]]
     t0 = time.perf_counter()
     if q_lens == kv_lens:  # self-attention: one all-to-all for q, k and v together
-        qh, kh, vh = seq_to_heads(torch.stack([q, k, v]), q_lens, group, "q, k, v")
+        qh, kh, vh = SeqToHeads.apply(torch.stack([q, k, v]), q_lens, rank, group, "q, k, v")
     else:
-        (qh,) = seq_to_heads(q.unsqueeze(0), q_lens, group, "q")
-        kh, vh = seq_to_heads(torch.stack([k, v]), kv_lens, group, "k, v")
+        (qh,) = SeqToHeads.apply(q.unsqueeze(0), q_lens, rank, group, "q")
+        kh, vh = SeqToHeads.apply(torch.stack([k, v]), kv_lens, rank, group, "k, v")
     t1 = time.perf_counter()
     out_h, _ = attention_with_lse(qh, kh, vh, scale=scale)
     t2 = time.perf_counter()
-    out = heads_to_seq(out_h, q_lens, rank, group)
+    out = HeadsToSeq.apply(out_h, q_lens, rank, group)
     if stats is not None:
         # Everything but my own head group goes out; the output comes back the same way.
         b, d, hp = q.shape[0], q.shape[3], heads // world

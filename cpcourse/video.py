@@ -125,7 +125,7 @@ def gather_frames(x: torch.Tensor, group=None) -> torch.Tensor:
     rank pads its frames to the largest shard, all-gathers, and drops the padding.
     """
     require_group(group, "gather_frames")
-    forward_only("gather_frames", x)
+    forward_only("gather_frames", x, use="cpcourse.cp_boundaries.gather_sequence")
     sizes = [s[2] for s in agree(group, seq_dim=2, x=x)["x"]]
     return gather_uneven(x, sizes, dim=2, group=group, what="gather_frames")
 
@@ -173,7 +173,7 @@ def time_to_space(x: torch.Tensor, t_sizes: list[int], group=None,
     choosing, which would make the measured peak memory vary from run to run).
     """
     rank, world = require_group(group, "time_to_space")
-    forward_only("time_to_space", x)
+    forward_only("time_to_space", x, use="temporal_attention_cp(..., method='ring')")
     lead, s, d = x.shape[:-3], x.shape[-2], x.shape[-1]
     s_sizes = shard_sizes(s, world)
     chunks = torch.tensor_split(x, world, dim=-2)
@@ -192,7 +192,7 @@ def time_to_space(x: torch.Tensor, t_sizes: list[int], group=None,
 def space_to_time(x: torch.Tensor, t_sizes: list[int], s_total: int, group=None) -> torch.Tensor:
     """Inverse of `time_to_space`: `[..., T, S_r, D]` -> `[..., T_r, S, D]`."""
     rank, world = require_group(group, "space_to_time")
-    forward_only("space_to_time", x)
+    forward_only("space_to_time", x, use="temporal_attention_cp(..., method='ring')")
     lead, d = x.shape[:-3], x.shape[-1]
     s_sizes = shard_sizes(s_total, world)
     chunks = torch.split(x, t_sizes, dim=-3)
@@ -236,7 +236,8 @@ def temporal_attention_cp(q, k, v, group=None, method: str = "all_to_all", scale
             f"method must be one of {TEMPORAL_METHODS} (or 'usp' on a mesh), got {method!r}")
     _check_video(q, k, v)
     _, world = require_group(group, "temporal_attention_cp")
-    forward_only("temporal_attention_cp", q, k, v)
+    if method != "ring":  # the ring's backward exists; the time <-> space all-to-alls have none
+        forward_only("temporal_attention_cp", q, k, v, use="method='ring'")
     agreed = agree(group, seq_dim=2, q=q, k=k, v=v)
     t_sizes = [shape[2] for shape in agreed["q"]]
     b, _, _, s, _ = q.shape

@@ -2,6 +2,7 @@
 
     cpcourse train --out /tmp/shapes.safetensors --minutes 2 --seed 0
     cpcourse train --causal --init shipped --minutes 20 --threads 1 --out /tmp/causal.safetensors
+    cpcourse train --nproc 2 --cp ring --steps 3 --seed 0 --compare --json
 
 Rectified flow, x-prediction, logit-normal times, shape and direction as two labels with label
 dropout for classifier-free guidance (`cpcourse.tinydit.training` says why each). With `--causal`,
@@ -9,6 +10,10 @@ the chunk-causal model: the shipped weights fine-tuned with teacher forcing (`--
 `cpcourse.tinydit.causal` says why). Prints a progress bar with the loss and saves safetensors
 weights with the model config in their metadata; `cpcourse generate --weights FILE` samples
 them (`--causal` for a causal file). The shipped weights were made by this command.
+With `--nproc P`, a smaller model of the same kind is trained under CP (`--cp ring|ulysses`,
+`--dp D` data-parallel replicas beside it, `--checkpoint` for activation checkpointing) and,
+with `--compare`, in one process too: `cpcourse.runs.train_cp` reports both loss curves, the
+weights' difference against its tolerance and the bytes each rank held.
 """
 
 from __future__ import annotations
@@ -18,13 +23,14 @@ import os
 import sys
 
 from cpcourse.support.errors import positive_float, positive_int, require, seed_int
+from cpcourse.support.modes import ALWAYS, refuse_inactive
 
 
 def build_parser():
     from cpcourse.support.errors import ArgumentParser
 
     p = ArgumentParser(prog="cpcourse train", description=__doc__.split("\n")[0])
-    p.add_argument("--out", required=True, help="the weights file to write (.safetensors)")
+    p.add_argument("--out", default=None, help="the weights file to write (.safetensors)")
     p.add_argument("--minutes", type=float, default=None,
                    help="train for this long (at least one step)")
     p.add_argument("--steps", type=int, default=None, help="or for this many steps")
@@ -38,7 +44,29 @@ def build_parser():
                    help="with --causal: fine-tune 'shipped' (default) or a weights file, or "
                         "'scratch'")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
+    p.add_argument("--nproc", type=int, default=None,
+                   help="train under CP on P local processes (a smaller model; no --out)")
+    p.add_argument("--cp", choices=("ring", "ulysses"), default="ring",
+                   help="with --nproc: the attention's CP method (ring)")
+    p.add_argument("--dp", type=int, default=1,
+                   help="with --nproc: data-parallel replicas, each of nproc / dp CP ranks (1)")
+    p.add_argument("--compare", action="store_true",
+                   help="with --nproc: train in one process too and compare the weights")
+    p.add_argument("--checkpoint", action="store_true",
+                   help="with --nproc: recompute each block in the backward")
     return p
+
+
+MODE_FLAGS = {"out": "one_process", "minutes": "one_process", "steps": ALWAYS, "seed": ALWAYS,
+              "threads": "one_process", "eval_seeds": "one_process", "causal": "one_process",
+              "init": "causal", "json": ALWAYS, "nproc": ALWAYS, "cp": "cp", "dp": "cp",
+              "compare": "cp", "checkpoint": "cp"}
+
+
+def mode_conditions(args) -> dict[str, tuple[bool, str]]:
+    return {"one_process": (args.nproc is None, "no --nproc (one process, the shipped model)"),
+            "cp": (args.nproc is not None, "--nproc P"),
+            "causal": (args.causal, "--causal")}
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +74,11 @@ def main(argv: list[str]) -> int:
     from cpcourse.tinydit.streaming import evaluate_causal
     from cpcourse.tinydit.training import evaluate, train
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
+    if args.nproc is not None:
+        return _main_cp(args)
     out, eval_seeds, init = _check(args)
     run = dict(minutes=args.minutes, steps=args.steps, seed=args.seed, threads=args.threads,
                progress=sys.stderr)
@@ -67,12 +99,39 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _main_cp(args) -> int:
+    """`--nproc P`: the request checked before any process starts, run, reported."""
+    from cpcourse.runs.train_cp import TrainCPRequest, run
+
+    report = run(TrainCPRequest(nproc=args.nproc, cp=args.cp, dp=args.dp,
+                                steps=3 if args.steps is None else args.steps, seed=args.seed,
+                                compare=args.compare, checkpoint=args.checkpoint))
+    if args.json:
+        print(json.dumps(report, allow_nan=False))
+        return 0
+    curve = lambda key: " ".join(f"{x:.4f}" for x in report["loss"][key])  # noqa: E731
+    mb = lambda key: f"{report[key] / 1e6:.2f} MB"  # noqa: E731
+    print(f"trained {report['steps']} steps on {report['nproc']} ranks ({report['cp']}, dp "
+          f"{report['dp']} x sp {report['sp']}): loss {curve('cp')}")
+    print(f"activations per rank {report['activation_bytes_per_rank'][0] / 1e6:.2f} MB, peak "
+          f"{max(report['peak_bytes_per_rank']) / 1e6:.2f} MB")
+    if args.compare:
+        ok = "within" if report["within_tolerance"] else "OUTSIDE"
+        print(f"one process: loss {curve('single')}; max |weight difference| "
+              f"{report['max_weight_err']:.3g} ({ok} the tolerance {report['tolerance']:.2g}); "
+              f"activations {mb('activation_bytes_single')} (predicted per rank "
+              f"{mb('predicted_activation_bytes_per_rank')})")
+    return 0
+
+
 def _check(args) -> tuple[str, int, str | None]:
     """Every flag checked before training starts, so a mistake costs no minutes and leaves no
     weights file: (the absolute --out, the number of --eval-seeds, 0 for none, the --init)."""
     from cpcourse.support.out_files import check_writable
     from cpcourse.tinydit.training import check_eval_seeds, weights_config
 
+    require(args.out is not None, "give --out FILE (the weights to write), or --nproc P to "
+            "train under CP")
     require(args.minutes is not None or args.steps is not None,
             "give --minutes M or --steps N (or both: whichever comes first)")
     if args.minutes is not None:

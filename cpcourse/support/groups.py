@@ -79,16 +79,18 @@ def require_group(group=None, what: str = "this function") -> tuple[int, int]:
     return dist.get_rank(group), dist.get_world_size(group)
 
 
-def forward_only(what: str, *tensors) -> None:
-    """Refuse inputs that want a gradient: the CP functions have no backward yet.
+def forward_only(what: str, *tensors, use: str = "") -> None:
+    """Refuse inputs that want a gradient on a path whose communication has no backward.
 
     Called before any communication, so every rank refuses together instead of one rank leaving
     the others waiting in a collective. Under torch.no_grad() / inference_mode() it passes.
+    `use`: the differentiable path to name instead (ring_attention and ulysses_attention are).
     """
     if torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad
                                        for t in tensors):
         raise InputError(f"{what} is forward only (its communication has no backward yet): "
-                         "wrap the call in torch.no_grad() or torch.inference_mode()")
+                         "wrap the call in torch.no_grad() or torch.inference_mode()"
+                         + (f"; to train, use {use}" if use else ""))
 
 
 def global_rank(group, group_rank: int) -> int:

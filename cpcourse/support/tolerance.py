@@ -71,3 +71,21 @@ def describe(report: dict) -> str:
     ok = "within" if report["within_tolerance"] else "OUTSIDE"
     return (f"max |difference| vs one process: {report['max_abs_diff_vs_single_process']:.3g} "
             f"({ok} the tolerance {report['tolerance']:.2g})")
+
+
+def training_tolerance(steps: int, lr: float, momentum: float = 0.0, grad_scale: float = 1.0,
+                       dtype: str = "float32") -> float:
+    """Largest |weight under CP - weight in one process| after `steps` SGD steps.
+
+    The rule above, extended to training: every step's gradient is held to one forward's limit,
+    `tolerance("ring", dtype, scale=grad_scale)` (the merge base whatever the attention: a
+    parameter's gradient is a sum over tokens that CP splits across ranks and adds in another
+    order), `grad_scale` the largest |gradient| one process saw. SGD with momentum mu moves a
+    weight by lr * sum_j mu^(n - j) g_j, so the weights may differ by lr * steps / (1 - mu) times
+    that. It is first order: a weight difference feeds later gradients only through a second
+    rounding-sized term, negligible over the few steps a comparison runs. (Adam has no such
+    bound: it divides by sqrt(v) + eps, so a gradient near eps amplifies its rounding by lr/eps.)
+    """
+    require(steps >= 1 and lr > 0 and 0 <= momentum < 1, "need steps >= 1, lr > 0 and "
+            f"0 <= momentum < 1, got {steps}, {lr}, {momentum}")
+    return tolerance("ring", dtype, scale=grad_scale) * lr * steps / (1.0 - momentum)

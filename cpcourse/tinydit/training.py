@@ -88,10 +88,10 @@ def to_clip(latents: torch.Tensor) -> torch.Tensor:
     return ((latents[0].permute(1, 0, 2, 3) + 1) / 2).clamp(0, 1)
 
 
-def training_loss(model: TinyVideoDiT, clips, shape_ids, direction_ids, gen,
-                  tc: TrainConfig = TrainConfig()) -> torch.Tensor:
-    """One batch's loss: mean squared error of the prediction (x0 or velocity) on noisy tokens."""
-    cfg = model.cfg
+def training_batch(cfg: DiTConfig, clips, shape_ids, direction_ids, gen,
+                   tc: TrainConfig = TrainConfig()) -> tuple:
+    """One batch's inputs and target, drawn from `gen`: (noisy tokens xt `[B, T, S, 3*p*p]`,
+    times t `[B]`, labels y `[B, 2]`, target `[B, T, S, 3*p*p]`, the token grid (h, w))."""
     x0 = patchify(to_model_space(clips), cfg.patch)                # [B, T, S, 3*p*p]
     b = x0.shape[0]
     noise = torch.randn(x0.shape, generator=gen)
@@ -101,7 +101,13 @@ def training_loss(model: TinyVideoDiT, clips, shape_ids, direction_ids, gen,
     drop = torch.rand(b, generator=gen) < tc.label_drop
     y[drop] = torch.tensor(cfg.null_label)
     target = x0 if cfg.prediction == "sample" else noise - x0
-    grid = (clips.shape[-2] // cfg.patch, clips.shape[-1] // cfg.patch)
+    return xt, t, y, target, (clips.shape[-2] // cfg.patch, clips.shape[-1] // cfg.patch)
+
+
+def training_loss(model: TinyVideoDiT, clips, shape_ids, direction_ids, gen,
+                  tc: TrainConfig = TrainConfig()) -> torch.Tensor:
+    """One batch's loss: mean squared error of the prediction (x0 or velocity) on noisy tokens."""
+    xt, t, y, target, grid = training_batch(model.cfg, clips, shape_ids, direction_ids, gen, tc)
     return torch.nn.functional.mse_loss(model(xt, t, y, CPContext(grid=grid)), target)
 
 

@@ -11,7 +11,7 @@ import argparse
 import pytest
 
 from cpcourse.bench import ring as bench_ring
-from cpcourse.cli import calc, generate, main, models, vae
+from cpcourse.cli import calc, generate, main, models, train, vae
 from cpcourse.support.errors import ArgumentParser, InputError
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 
@@ -58,6 +58,9 @@ TABLES = {
                     "not_quick": (["--quick"], []),
                     "compute_only": ([], ["--compute-only"]),
                     "launched": (["--compute-only"], [])}),
+    "train": (train.build_parser, train.MODE_FLAGS, train.mode_conditions, [],
+              {"one_process": (["--nproc", "2"], []), "cp": ([], ["--nproc", "2"]),
+               "causal": ([], ["--causal"])}),
 }
 
 

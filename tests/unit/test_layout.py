@@ -36,6 +36,8 @@ RANKS = {
     "bench": 9,
     "cli": 10,
     "__main__": 11,  # `python -m cpcourse` runs the command line
+    "attention_backward": 2,  # the blockwise backward from lse, under the ring's
+    "cp_boundaries": 3,  # training's scatter, gather and loss scale
 }
 
 
