@@ -11,8 +11,9 @@ that works from `file://` (the search index is a script, not a fetched file). Ju
 on the mystmd Node engine, which the course's CPU-only, offline CI cannot install.
 
 Everything is read from the repository root (`sphinx-build -c book . _build/html`): the landing
-page is `book/index.md` (the README's introduction and course map), then `notebooks/*.md` in
-course order, then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of notebook stems) builds a
+page is `book/index.md` (the README's introduction and the course map), then `notebooks/*.md`
+in course order, the reference pages (`book/*.md`: course map, commands, GPUs, troubleshooting,
+layout; the README links to them), then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of notebook stems) builds a
 subset, as the browser test does.
 """
 
@@ -30,7 +31,9 @@ project = "cpcourse: context parallelism for video diffusion transformers"
 author = "the cpcourse authors"
 root_doc = "book/index"
 extensions = ["myst_nb"]
-include_patterns = ["book/index.md", "AUTHORING.md", *[f"notebooks/{n}.md" for n in NOTEBOOKS]]
+PAGES = ["course_map", "commands", "multi_gpu", "troubleshooting", "layout"]  # book/*.md
+include_patterns = ["book/index.md", *[f"book/{p}.md" for p in PAGES], "AUTHORING.md",
+                    *[f"notebooks/{n}.md" for n in NOTEBOOKS]]
 exclude_patterns = ["_build", ".venv", "artifacts", "book/root"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
