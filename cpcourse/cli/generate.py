@@ -29,6 +29,7 @@ import json
 
 from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.cli.progress import rank_lines, running
 from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import check_request, run_generate
 from cpcourse.support.errors import InputError, positive_float, require
@@ -197,12 +198,16 @@ def main(argv: list[str]) -> int:
                label=args.label, attention=args.attention,
                temporal_method=args.temporal or "all_to_all", full_method=args.full or "ring",
                dtype=args.dtype, layout=layout)
+    request = check_request(args.nproc, args.seed, **run)
     if other is not None:  # the run's shape is known before it starts
-        made = check_request(args.nproc, args.seed, **run).output_shape
+        made = request.output_shape
         require(tuple(other.shape) == made, f"--compare-to {args.compare_to} holds a tensor of "
                 f"shape {tuple(other.shape)}, this run makes {made}")
-    res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
-                       stream=False if args.json else True, **run)
+    what = (f"{request.prompt or 'the random model'}, {request.steps} denoising steps"
+            + (", then one process to compare" if args.compare else ""))
+    with running(request.nproc, what):
+        res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
+                           stream=rank_lines if args.json else True, **run)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 
+from cpcourse.cli.progress import running
 from cpcourse.models.vae import ARCHS
 from cpcourse.runs.vae import DTYPES, check_vae_spec, run_vae
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int
@@ -62,8 +63,10 @@ def main(argv: list[str]) -> int:
     spec = {"arch": args.arch, "frames": args.frames, "height": args.height,
             "width": args.width, "dtype": args.dtype, "seed": args.seed, "save": args.save}
     check_vae_spec(spec, nproc)
-    report = run_vae(spec, nproc, compare=args.compare, tiled=args.tiled,
-                     timeout=positive_float("--timeout", args.timeout, high=3600))
+    timeout = positive_float("--timeout", args.timeout, high=3600)
+    with running(nproc, f"{args.arch}'s VAE decode split by rows" + (
+            ", then in one process to compare" if args.compare else "")):
+        report = run_vae(spec, nproc, compare=args.compare, tiled=args.tiled, timeout=timeout)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
