@@ -246,9 +246,12 @@ def _check_one_clip(args: argparse.Namespace) -> tuple:
 
 
 def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
-    mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
+    from cpcourse.viz.fmt import nbytes as mb
+    from cpcourse.viz.fmt import plural
+
     what = f"'{report['prompt']}'" if "prompt" in report else f"random-weight {report['shape']}"
-    print(f"sampled {what} on {args.nproc} process(es), frames per rank "
+    procs = plural(report["nproc"], "process", "processes")
+    print(f"sampled {what} on {procs}, frames per rank "
           f"{report['frames_per_rank']}, {report['seconds']:.2f} s sampling "
           f"({report['seconds_per_step'] * 1e3:.1f} ms per step)")
     if "track" in report:

@@ -46,3 +46,15 @@ def test_the_step_list_counts_only_when_asked(capsys, monkeypatch):
     assert type(_step_times(1, 2)) is list  # other ranks: silent
     monkeypatch.delenv(progress.ENV)
     assert type(_step_times(0, 2)) is list
+
+
+def test_counts_read_as_words():
+    from cpcourse.cli.demo import _table
+    from cpcourse.viz.fmt import plural
+
+    assert plural(1, "node") == "1 node" and plural(2, "node") == "2 nodes"
+    assert plural(3, "process", "processes") == "3 processes"
+    step = {"step": 0, "rank": 0, "kv_block": 0, "compute_s": 1e-3, "comm_s": 2e-3,
+            "bytes_sent": 65_536}
+    header, row = _table([step], 1)
+    assert "comm ms  sent kB/rank" in header and row.endswith("65.5")  # SI kB, as fmt.nbytes
