@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from cpcourse.cli.clip_files import check_outputs, write_outputs
+from cpcourse.cli.progress import rank_lines, running
 from cpcourse.support.errors import positive_float, require
 
 
@@ -24,8 +25,9 @@ def main_causal(args) -> int:
     run = dict(prompt=args.prompt, weights=args.weights, kv_cache=args.kv_cache or "pass-q",
                chunk=args.chunk, steps=args.steps, cfg_scale=args.cfg, dtype=args.dtype)
     check_stream(args.nproc, args.seed, **run)   # every refusal before a process starts
-    res = run_stream(args.nproc, args.seed, compare=args.compare, timeout=timeout,
-                     stream=False if args.json else True, **run)
+    with running(args.nproc, f"{args.prompt} streamed chunk by chunk, KV cache {run['kv_cache']}"):
+        res = run_stream(args.nproc, args.seed, compare=args.compare, timeout=timeout,
+                         stream=rank_lines if args.json else True, **run)
     report = res["report"]
     write_outputs(args, res, res["clip"])
     if args.json:

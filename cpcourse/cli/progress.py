@@ -37,7 +37,7 @@ def running(nproc: int, what: str, every_s: float = EVERY_S):
     if torchrun_rank() is not None:
         yield
         return
-    ranks = f"{nproc} rank{'s' * (nproc != 1)}"
+    ranks = f"{nproc} rank{'s' * (nproc != 1)}" if nproc else "the ranks"
     say(f"starting {ranks}: {what}")
     previous, start, stop = os.environ.get(ENV), time.monotonic(), threading.Event()
 
