@@ -20,8 +20,10 @@ $(STAMP): pyproject.toml tools/install_torch.sh
 	$(PY) -m cpcourse.course.labsettings
 	@touch $(STAMP)
 
+# Lab on the repository root (exercises/ beside notebooks/), opening notebook 00, each notebook
+# listed once: tools/jupyter_lab_config.py.
 lab: setup
-	$(VENV)/bin/jupyter lab --notebook-dir=notebooks --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
+	$(VENV)/bin/jupyter lab --config=tools/jupyter_lab_config.py --port=$(PORT) $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 test: setup
 	$(PY) tools/run_tests.py

@@ -11,14 +11,16 @@ that works from `file://` (the search index is a script, not a fetched file). Ju
 on the mystmd Node engine, which the course's CPU-only, offline CI cannot install.
 
 Everything is read from the repository root (`sphinx-build -c book . _build/html`): the landing
-page is `book/index.md` (the README's introduction and course map), then `notebooks/*.md` in
-course order, then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of notebook stems) builds a
+page is `book/index.md` (the README's introduction and the course map), then `notebooks/*.md`
+in course order, the reference pages (`book/*.md`: course map, commands, GPUs, troubleshooting,
+layout; the README links to them), then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of notebook stems) builds a
 subset, as the browser test does.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,12 +31,18 @@ NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.md")
 project = "cpcourse: context parallelism for video diffusion transformers"
 author = "the cpcourse authors"
 root_doc = "book/index"
-extensions = ["myst_nb"]
-include_patterns = ["book/index.md", "AUTHORING.md", *[f"notebooks/{n}.md" for n in NOTEBOOKS]]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cpcourse_site.py, beside this file
+extensions = ["myst_nb", "cpcourse_site"]
+PAGES = ["course_map", "commands", "multi_gpu", "troubleshooting", "layout"]  # book/*.md
+include_patterns = ["book/index.md", *[f"book/{p}.md" for p in PAGES], "AUTHORING.md",
+                    *[f"notebooks/{n}.md" for n in NOTEBOOKS]]
 exclude_patterns = ["_build", ".venv", "artifacts", "book/root"]
 myst_enable_extensions = ["dollarmath", "amsmath"]
 myst_heading_anchors = 3
+# myst.xref_missing: a subset build (BOOK_NOTEBOOKS) leaves the course map's other links dangling
 suppress_warnings = ["myst.header", "misc.highlighting_failure"]
+if SUBSET:
+    suppress_warnings.append("myst.xref_missing")
 
 # Executed as a newcomer sees them: untouched stubs, the reference answering for each one.
 nb_execution_mode = "cache"
@@ -47,6 +55,6 @@ nb_output_stderr = "remove"
 html_theme = "sphinx_book_theme"
 html_title = "cpcourse"
 html_theme_options = {"show_toc_level": 2, "use_download_button": False}
-html_static_path = []
+html_static_path = ["static"]  # relative to book/: cpcourse.css, copybutton.js
 # _build/html/index.html: the site opens from the file system at its top folder
 html_extra_path = ["root"]  # relative to book/, where this file is

@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-from cpcourse.support.errors import InputError
+from cpcourse.support.errors import InputError, did_you_mean
 
 BENCHMARKS = {
     "kernel": "attention_with_lse against fused SDPA and naive attention, several L",
@@ -46,7 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     name, rest = argv[0], argv[1:]
     if name not in BENCHMARKS:
-        raise InputError(f"unknown benchmark {name!r}: use one of {', '.join(BENCHMARKS)}")
+        raise InputError(f"unknown benchmark {name!r}: {did_you_mean(name, BENCHMARKS)}use one "
+                         f"of {', '.join(BENCHMARKS)}")
     try:
         module = importlib.import_module(f"cpcourse.bench.{name}")
     except ModuleNotFoundError as exc:

@@ -13,6 +13,8 @@ seconds per clip. The training data itself is tracked too, as the ceiling a mode
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import torch
 
@@ -33,6 +35,12 @@ def data_rates(n: int = 256, seed: int = 0) -> dict:
     clips, s, d = random_clips(n, torch.Generator().manual_seed(seed))
     return rates([matches(prompt_name(int(a), int(b)), track(c))
                    for c, a, b in zip(clips, s, d, strict=True)])
+
+
+def _progress_line(done: int, total: int, prompt: str, rates: dict, seconds: float) -> None:
+    """One line on stderr per prompt (stdout stays the report, one JSON object with --json)."""
+    print(f"  [{done}/{total}] {prompt:13s} direction {100 * rates['direction']:5.1f}%  shape "
+          f"{100 * rates['shape']:5.1f}%  ({seconds:.0f} s)", file=sys.stderr, flush=True)
 
 
 def main(argv: list[str]) -> int:
@@ -56,14 +64,20 @@ def main(argv: list[str]) -> int:
     require(steps <= 1000, f"--steps {steps}: use at most 1000")
     cfg_scale = guidance_scale("--cfg-scale", args.cfg_scale)
     path = args.weights or (shipped_causal_path() if args.causal else shipped_path())
+    name = os.path.basename(path) if args.weights is None else path
+    from cpcourse.tinydit.moving_shapes import PROMPTS
+
+    chunk = causal_chunk(path) if args.causal else None
+    model, meta = load_weights(path)  # a missing or foreign file is refused here, before a line
+    runs = f"{seeds} seed{'s' * (seeds != 1)}, {steps} step{'s' * (steps != 1)}"
+    print(f"bench shapes: {len(PROMPTS)} prompts x {runs}, {name} (a line per prompt; minutes "
+          "on a laptop)", file=sys.stderr, flush=True)
     if args.causal:
-        chunk = causal_chunk(path)
-        model, meta = load_weights(path)
         res = evaluate_causal(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale,
-                              chunk=chunk)
+                              chunk=chunk, progress=_progress_line)
     else:
-        model, meta = load_weights(path)
-        res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)
+        res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale,
+                       progress=_progress_line)
     report = {"weights": path, "causal": args.causal, "seeds": seeds, "steps": steps,
               "cfg_scale": cfg_scale,
               "trained": meta.get("run", {}), "per_prompt": {k: v for k, v in res.items()
@@ -73,7 +87,8 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
-    print(f"{path}: {seeds} seeds per prompt, {steps} steps, guidance {cfg_scale:g}")
+    print(f"{name}: {seeds} seed{'s' * (seeds != 1)} per prompt, {steps} "
+          f"step{'s' * (steps != 1)}, guidance {cfg_scale:g}")
     for prompt, r in [*report["per_prompt"].items(), ("all", report["all"]),
                       ("training data", report["training_data"])]:
         print(f"  {prompt:13s} direction {100 * r['direction']:5.1f}%  shape "

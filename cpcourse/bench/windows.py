@@ -144,7 +144,7 @@ def _exactness(cases: list[tuple], prompt: str, window: int, stride: int,
 
 
 def _print(report: dict) -> None:
-    kb = lambda x: f"{x / 1024:,.0f} KiB"  # noqa: E731
+    kb = lambda x: f"{x / 1e3:,.0f} kB"  # noqa: E731  (SI, as cpcourse.viz.fmt.nbytes)
     for row in report["lengths"]:
         print(f"{row['frames']:4d} frames, {row['windows']} windows: peak {kb(row['peak_bytes'])}"
               f" (one window's forward {kb(row['window_forward_peak_bytes'])}, latent state "

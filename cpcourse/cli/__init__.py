@@ -26,7 +26,9 @@ from cpcourse.support.errors import ArgumentParser, InputError
 # Each module exposes `main(argv) -> int` and raises InputError on bad input.
 DELEGATED = {
     "demo": ("cpcourse.cli.demo", "run the ring on P local processes and check it"),
-    "bench": ("cpcourse.bench", "benchmarks: kernel, ring (--json)"),
+    # every name in cpcourse.bench.BENCHMARKS (tests/unit/test_did_you_mean.py checks)
+    "bench": ("cpcourse.bench", "benchmarks: kernel, ring, launch, shapes, models, windows, "
+                                "mesh, vae, approx, gpu (`cpcourse bench --help`)"),
     "grade": ("cpcourse.course.grading",
               "grade every exercise (--impl exercises|solutions, --json)"),
     "doctor": ("cpcourse.cli.doctor", "check this machine: versions, threads, CUDA, gloo"),

@@ -71,13 +71,13 @@ def demo_rank(spec: dict) -> dict:
 
 def _table(steps: list[dict], world: int) -> list[str]:
     rows = [f"{'step':>4}  {'K/V block held by rank 0..P-1':<30} {'compute ms':>10} "
-            f"{'comm ms':>8} {'sent KB/rank':>12}"]
+            f"{'comm ms':>8}  {'sent kB/rank':>12}"]
     for step in sorted({s["step"] for s in steps}):
         mine = sorted((s for s in steps if s["step"] == step), key=lambda s: s["rank"])
         blocks = " ".join("all" if s["kv_block"] < 0 else str(s["kv_block"]) for s in mine)
         rows.append(f"{step:>4}  {blocks:<30} {1e3 * max(s['compute_s'] for s in mine):>10.1f} "
-                    f"{1e3 * max(s['comm_s'] for s in mine):>8.1f} "
-                    f"{max(s['bytes_sent'] for s in mine) / 1024:>12.0f}")
+                    f"{1e3 * max(s['comm_s'] for s in mine):>8.1f}  "
+                    f"{max(s['bytes_sent'] for s in mine) / 1e3:>12.1f}")  # kB: SI, as fmt
     return rows
 
 

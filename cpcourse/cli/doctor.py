@@ -143,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--no-gloo", action="store_true", help="skip the two-process check")
     args = ap.parse_args(argv)
+    if not args.no_gloo:  # starting two processes takes seconds: say so (stderr, as progress)
+        print("doctor: versions, then two local processes all-reduce over gloo ...",
+              file=sys.stderr, flush=True)
     r = diagnose(run_gloo=not args.no_gloo)
     if args.json:
         print(json.dumps(r, indent=1, allow_nan=False))

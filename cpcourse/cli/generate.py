@@ -29,6 +29,7 @@ import json
 
 from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.cli.progress import rank_lines, running
 from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import check_request, run_generate
@@ -215,12 +216,16 @@ def main(argv: list[str]) -> int:
                label=args.label, attention=args.attention,
                temporal_method=args.temporal or "all_to_all", full_method=args.full or "ring",
                dtype=args.dtype, layout=layout)
+    request = check_request(args.nproc, args.seed, **run)
     if other is not None:  # the run's shape is known before it starts
-        made = check_request(args.nproc, args.seed, **run).output_shape
+        made = request.output_shape
         require(tuple(other.shape) == made, f"--compare-to {args.compare_to} holds a tensor of "
                 f"shape {tuple(other.shape)}, this run makes {made}")
-    res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
-                       stream=False if args.json else True, **run)
+    what = (f"{request.prompt or 'the random model'}, {request.steps} denoising steps"
+            + (", then one process to compare" if args.compare else ""))
+    with running(request.nproc, what):
+        res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
+                           stream=rank_lines if args.json else True, **run)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
@@ -259,9 +264,12 @@ def _check_one_clip(args: argparse.Namespace) -> tuple:
 
 
 def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
-    mb = lambda x: f"{x / 2**20:.2f} MiB"  # noqa: E731
+    from cpcourse.viz.fmt import nbytes as mb
+    from cpcourse.viz.fmt import plural
+
     what = f"'{report['prompt']}'" if "prompt" in report else f"random-weight {report['shape']}"
-    print(f"sampled {what} on {args.nproc} process(es), frames per rank "
+    procs = plural(report["nproc"], "process", "processes")
+    print(f"sampled {what} on {procs}, frames per rank "
           f"{report['frames_per_rank']}, {report['seconds']:.2f} s sampling "
           f"({report['seconds_per_step'] * 1e3:.1f} ms per step)")
     if "track" in report:

@@ -21,6 +21,7 @@ NOT_HERE = ("weights", "layout", "temporal", "full", "compare_to", "window", "st
 
 def main_approx(parser, args) -> int:
     from cpcourse.cli.clip_files import check_outputs, write_outputs
+    from cpcourse.cli.progress import rank_lines, running
     from cpcourse.runs.approx import approx_report, check_approx, launch_approx
 
     for dest in NOT_HERE:
@@ -35,7 +36,9 @@ def main_approx(parser, args) -> int:
         approx=args.approx, warmup=0 if args.warmup is None else args.warmup,
         patches=args.patches, split=args.split or "time", cache=args.cache,
         cache_threshold=args.cache_threshold, steps=args.steps, cfg_scale=args.cfg)
-    results = launch_approx(request, timeout=timeout, stream=not args.json)
+    with running(request.run.nproc, f"{args.prompt} with {args.approx or 'exact CP'}"
+                 + (f", cache {args.cache}" if args.cache else "")):
+        results = launch_approx(request, timeout=timeout, stream=rank_lines if args.json else True)
     clip, report = approx_report(request, results, compare=args.compare)
     write_outputs(args, {"report": report, "clip": clip}, clip)
     if args.json:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from cpcourse.cli.clip_files import check_outputs, write_outputs
+from cpcourse.cli.progress import rank_lines, running
 from cpcourse.support.errors import positive_float, require
 
 
@@ -24,8 +25,9 @@ def main_causal(args) -> int:
     run = dict(prompt=args.prompt, weights=args.weights, kv_cache=args.kv_cache or "pass-q",
                chunk=args.chunk, steps=args.steps, cfg_scale=args.cfg, dtype=args.dtype)
     check_stream(args.nproc, args.seed, **run)   # every refusal before a process starts
-    res = run_stream(args.nproc, args.seed, compare=args.compare, timeout=timeout,
-                     stream=False if args.json else True, **run)
+    with running(args.nproc, f"{args.prompt} streamed chunk by chunk, KV cache {run['kv_cache']}"):
+        res = run_stream(args.nproc, args.seed, compare=args.compare, timeout=timeout,
+                         stream=rank_lines if args.json else True, **run)
     report = res["report"]
     write_outputs(args, res, res["clip"])
     if args.json:
@@ -37,19 +39,20 @@ def main_causal(args) -> int:
 
 def _print(report: dict) -> None:
     from cpcourse.support.tolerance import describe
+    from cpcourse.viz.fmt import nbytes, plural
 
     tr = report["track"]
+    procs = plural(report["nproc"], "process", "processes")
     print(f"streamed '{report['prompt']}' in {report['chunks']} chunks of {report['chunk']} "
-          f"frames on {report['nproc']} process(es), KV cache {report['kv_cache']}, tokens per "
-          f"rank {report['tokens_per_rank']}")
+          f"frames on {procs}, KV cache {report['kv_cache']}, tokens per rank "
+          f"{report['tokens_per_rank']}")
     print(f"  the tracker sees: a {tr['shape']} moving {tr['direction']} "
           f"({'matches' if report['matches_prompt'] else 'does NOT match'} the prompt)")
     print("  bytes sent per chunk (all ranks): "
           + ", ".join(f"{b / 1e6:.2f} MB" for b in report["bytes_per_chunk"]))
     for r, (peak, cache) in enumerate(zip(report["peak_bytes_per_rank"],
                                           report["cache_bytes_per_rank"], strict=True)):
-        print(f"  rank {r}: peak tensor memory {peak / 2**20:.2f} MiB, KV cache "
-              f"{cache / 2**20:.2f} MiB")
+        print(f"  rank {r}: peak tensor memory {nbytes(peak)}, KV cache {nbytes(cache)}")
     if "max_abs_diff_vs_single_process" in report:
         print(f"  {describe(report)}")
     for key in ("saved", "gif"):

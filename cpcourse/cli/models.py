@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import json
 
+from cpcourse.cli.progress import running
 from cpcourse.models.build import ARCHS
-from cpcourse.models.compare import DTYPES
+from cpcourse.models.compare import DTYPES, check_spec
 from cpcourse.models.parallel import METHODS
 from cpcourse.models.split import SPLITS
 from cpcourse.runs.models import run_models
@@ -105,8 +106,11 @@ def main(argv: list[str]) -> int:
             "ring_mode": args.ring_mode, "shard_io": args.shard_io, "repeat": args.repeat,
             "split": args.split,
             "sample_steps": steps, "cfg_scale": args.cfg_scale}
-    report = run_models(spec, args.nproc, compare=args.compare,
-                        timeout=positive_float("--timeout", args.timeout, high=3600))
+    timeout = positive_float("--timeout", args.timeout, high=3600)
+    check_spec(spec, positive_int("--nproc", args.nproc))  # every refusal before a line
+    with running(args.nproc, f"diffusers' {args.arch} under CP" + (
+            ", then in one process to compare" if args.compare else "")):
+        report = run_models(spec, args.nproc, compare=args.compare, timeout=timeout)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

@@ -20,6 +20,7 @@ import json
 
 from cpcourse.cli.from_request import build_parser as request_parser
 from cpcourse.cli.from_request import mode_table, request_conditions, request_from_args
+from cpcourse.cli.progress import running
 from cpcourse.runs.vae import VaeRequest, run
 
 MODE_FLAGS = mode_table(VaeRequest)  # every flag of `vae` always acts
@@ -36,7 +37,10 @@ def mode_conditions(args) -> dict[str, tuple[bool, str]]:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    report = run(request_from_args(parser, VaeRequest, args))
+    req = request_from_args(parser, VaeRequest, args)
+    with running(req.nproc, f"{req.arch}'s VAE decode split by rows" + (
+            ", then in one process to compare" if req.compare else "")):
+        report = run(req)
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

@@ -9,7 +9,12 @@ report (the `assert_close` text: worst element, coordinates, expected vs got, hi
 from __future__ import annotations
 
 import html
+import re
 import time
+from collections import Counter
+
+from cpcourse.course.stubs import course_root
+from cpcourse.support.errors import InputError
 
 COLORS = {"passed": ("#1e7b34", "#e9f6ec"), "failed": ("#b3261e", "#fdecea"),
           "not implemented": ("#9a6700", "#fff8e1"), "timed out": ("#b3261e", "#fdecea"),
@@ -84,19 +89,78 @@ def _one_line(text: str, width: int) -> str:
     return line if len(line) <= width else line[:width - 3] + "..."
 
 
+def _notebook_headings(notebook: str) -> list[str]:
+    """The headings of notebook NN's text form (notebooks/NN_*.md), or [] when it is absent."""
+    try:
+        root = course_root()
+    except InputError:
+        return []
+    found = sorted((root / "notebooks").glob(f"{notebook}_*.md"))
+    if not found:
+        return []
+    return [line for line in found[0].read_text().splitlines() if line.startswith("#")]
+
+
+def _place(ex) -> tuple[str, str]:
+    """(the section number holding the exercise, e.g. "3", or ""; the exercise's own heading's
+    title after "Exercise NN.N:", or "")."""
+    number, own = "", ""
+    for line in _notebook_headings(ex.id[:2]):
+        top = re.match(r"## (\d+)\.", line)
+        number = top.group(1) if top else number
+        if ex.title.lower() in line.lower():
+            own = line.split(":", 1)[1].strip() if ":" in line else ""
+            return number, own
+    return "", ""
+
+
+def distinct_titles(exercises) -> dict[str, str]:
+    """Each exercise's title for a table: its section's title, or its own heading's when the
+    section is a list ("Exercises 06.2 and 06.3"), with the function named when two share it."""
+    base = {}
+    for ex in exercises:
+        title = ex.title
+        if title.lower().startswith("exercise"):
+            title = _place(ex)[1] or ex.function
+        base[ex.id] = title
+    shared = Counter(base.values())
+    return {i: f"{t} ({ex.function})" if shared[t] > 1 else t
+            for (i, t), ex in zip(base.items(), exercises, strict=True)}
+
+
+def next_line(results) -> str:
+    """The table's last line: the first exercise (course order) not passing, where to write it
+    and where to read."""
+    todo = next((r for r in results if not r.passed), None)
+    if todo is None:
+        return "every exercise passes: well done"
+    ex = todo.exercise
+    number = _place(ex)[0]
+    section = f" §{number}" if number else ""
+    return (f"next: {ex.id} {distinct_titles([ex])[ex.id]}: write {ex.function} in "
+            f"exercises/{ex.module}.py (read notebook {ex.id[:2]}{section}, \"{ex.title}\")")
+
+
 def render_table(results, seconds: float) -> str:
-    """The `cpcourse grade` table: id, title, status, tests passed, hints seen, first failure."""
+    """The `cpcourse grade` table: id, title, status, tests passed, hints seen, first failure;
+    then how many pass and the next exercise to do."""
+    titles = distinct_titles([r.exercise for r in results])
     rows = [("id", "title", "status", "tests", "hints", "first failure")]
     for r in results:
         ok = sum(t.outcome == "passed" for t in r.tests)
-        rows.append((r.exercise.id, _one_line(r.exercise.title, 28), r.status,
-                     f"{ok}/{len(r.tests)}", f"{r.hints_used}/{len(r.exercise.hints)}",
-                     "" if r.passed else _one_line(r.first_failure, 70)))
+        status = "not started" if r.untouched else r.status
+        failure = "" if r.passed or r.untouched else _one_line(r.first_failure, 70)
+        rows.append((r.exercise.id, titles[r.exercise.id], status,
+                     f"{ok}/{len(r.tests)}", f"{r.hints_used}/{len(r.exercise.hints)}", failure))
     widths = [max(len(row[i]) for row in rows) for i in range(5)]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row[:5], widths, strict=True))
              + "  " + row[5] for row in rows]
+    lines = [line.rstrip() for line in lines]
     lines.insert(1, "-" * min(120, max(len(line) for line in lines)))
     passed = sum(r.passed for r in results)
     impl = results[0].impl if results else "exercises"
-    lines.append(f"\n{passed} of {len(results)} exercises pass ({impl}, {seconds:.1f} s)")
+    exercises = f"{len(results)} exercise{'s' * (len(results) != 1)}"
+    lines.append(f"\n{passed} of {exercises} pass ({impl}, {seconds:.1f} s)")
+    if results:
+        lines.append(next_line(results))
     return "\n".join(lines)

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cpcourse.planner.facts import facts, gpu_measured
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import InputError, did_you_mean, require
 
 
 @dataclass(frozen=True)
@@ -229,7 +229,8 @@ def get_gpu(gpu_id: str) -> GPU:
             f"{gpu_id!r}")
     key = _ALIASES.get(gpu_id.lower(), gpu_id.lower())
     if key not in table:
-        raise InputError(f"unknown GPU {gpu_id!r}: use one of {', '.join(table)} "
+        guess = did_you_mean(gpu_id, [*table, *_ALIASES])
+        raise InputError(f"unknown GPU {gpu_id!r}: {guess}use one of {', '.join(table)} "
                          f"(or {', '.join(_ALIASES)})")
     return table[key]
 
@@ -242,7 +243,8 @@ def get_link(link_id: str) -> Link:
     key = {"ndr": "ib-ndr", "hdr": "ib-hdr", "infiniband": "ib-ndr", "ib": "ib-ndr",
            "nvlink": "nvlink4"}.get(key, key)
     if key not in table:
-        raise InputError(f"unknown link {link_id!r}: use one of {', '.join(table)}, "
+        raise InputError(f"unknown link {link_id!r}: {did_you_mean(link_id, table)}use one of "
+                         f"{', '.join(table)}, "
                          "or give `bandwidth_gbps`")
     return table[key]
 

@@ -129,7 +129,8 @@ def _cp_because(out: dict, options: list[dict], max_seconds: float | None) -> li
 
 def _reasoning(out: dict, met: bool, none_fit: bool) -> list[str]:
     cp = out["cp"]
-    lines = [f"{out['replicas']} replica(s) of {out['group_gpus']} GPU(s) "
+    n, g = out["replicas"], out["group_gpus"]
+    lines = [f"{n} replica{'s' * (n != 1)} of {g} GPU{'s' * (g != 1)} "
              f"({Layout(**out['layout'])}): {out['seconds_per_video']:.0f} s per video, "
              f"{out['videos_per_hour']:.3g} videos an hour, {out['gpu_seconds_per_video']:.0f} "
              "GPU-seconds per video."]

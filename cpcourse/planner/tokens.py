@@ -17,7 +17,13 @@ from dataclasses import asdict, dataclass
 from functools import lru_cache
 
 from cpcourse.planner.facts import dit_derived_costs, facts
-from cpcourse.support.errors import InputError, positive_float, positive_int, require
+from cpcourse.support.errors import (
+    InputError,
+    did_you_mean,
+    positive_float,
+    positive_int,
+    require,
+)
 from cpcourse.support.shards import video_shard_sizes
 
 
@@ -199,7 +205,7 @@ def get_model(model_id: str) -> ModelPreset:
             f"{next(iter(table))!r}, got {model_id!r} (see `cpcourse tokens --list`)")
     if model_id not in table:
         close = [k for k in table if model_id.lower().split("-")[0] in k]
-        raise InputError(f"unknown model {model_id!r}: use one of "
+        raise InputError(f"unknown model {model_id!r}: {did_you_mean(model_id, table)}use one of "
                          f"{', '.join(close or table)} (see `cpcourse tokens --list`)")
     return table[model_id]
 

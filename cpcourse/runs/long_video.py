@@ -187,15 +187,18 @@ def build_report(request: LongVideoRequest, results) -> tuple[torch.Tensor, obje
 
 def print_report(report: dict) -> None:
     """`run_long`'s report, a few lines for a terminal."""
-    kb = lambda x: f"{x / 1024:.0f} KiB"  # noqa: E731
-    print(f"{report['frames']} frames as {report['windows']} windows of {report['window']} "
-          f"(stride {report['stride']}, {report['blend']} blend, {report['noise']} noise), "
-          f"parallel {report['parallel']} on {report['nproc']} rank(s): {report['seconds']:.2f} s")
+    kb = lambda x: f"{x / 1e3:,.0f} kB"  # noqa: E731  (SI, as cpcourse.viz.fmt.nbytes)
+    many = lambda n, word: f"{n} {word}{'s' * (n != 1)}"  # noqa: E731
+    print(f"{report['frames']} frames as {many(report['windows'], 'window')} of "
+          f"{report['window']} (stride {report['stride']}, {report['blend']} blend, "
+          f"{report['noise']} noise), parallel {report['parallel']} on "
+          f"{many(report['nproc'], 'rank')}: {report['seconds']:.2f} s")
     for r, (p, w, b) in enumerate(zip(report["peak_bytes_per_rank"],
                                       report["window_peak_bytes_per_rank"],
                                       report["bytes_per_step_per_rank"], strict=True)):
-        print(f"  rank {r}: {report['windows_per_rank'][r]} window(s), peak {kb(p)} (one window's"
-              f" forward {kb(w)}, latent state {kb(report['state_bytes'])}), sends {kb(b)}/step")
+        print(f"  rank {r}: {many(report['windows_per_rank'][r], 'window')}, peak {kb(p)} (one "
+              f"window's forward {kb(w)}, latent state {kb(report['state_bytes'])}), sends "
+              f"{kb(b)}/step")
     if "seam" in report:
         s = report["seam"]
         print(f"  seam: change across window ends / inside = {s['ratio']:.2f}" if s["ratio"]

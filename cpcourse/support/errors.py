@@ -9,8 +9,10 @@ says what to change. The command line prints that line and exits with status 2.
 from __future__ import annotations
 
 import argparse
+import difflib
 import functools
 import math
+import re
 
 
 class InputError(ValueError):
@@ -21,6 +23,16 @@ def require(ok: bool, message: str) -> None:
     """Raise `InputError(message)` unless `ok`."""
     if not ok:
         raise InputError(message)
+
+
+def did_you_mean(word, choices) -> str:
+    """"did you mean 'x'? " when one of `choices` is close to `word` (difflib), else "": the
+    start of an unknown-name message, before the list of every valid name."""
+    if not isinstance(word, str) or not word:
+        return ""
+    by_lower = {str(c).lower(): str(c) for c in choices}
+    close = difflib.get_close_matches(word.lower(), list(by_lower), n=1, cutoff=0.6)
+    return f"did you mean {by_lower[close[0]]!r}? " if close else ""
 
 
 def positive_int(name: str, value, *, allow_zero: bool = False) -> int:
@@ -86,7 +98,30 @@ class ArgumentParser(argparse.ArgumentParser):
 
     def error(self, message):
         where = "" if self.prog == "cpcourse" else f"{self.prog}: "
+        guess = self._guess(message).rstrip()
+        if guess and " (choose from " in message:  # the guess before the list of every choice
+            message = message.replace(" (choose from ", f": {guess} (choose from ", 1)
+        elif guess:
+            message = f"{message} ({guess})"
         raise InputError(f"{where}{message} (see `{self.prog} --help`)")
+
+    def _guess(self, message: str) -> str:
+        """"did you mean ...?" for a mistyped choice or option (the options of every
+        subcommand parser count: the top parser reports a subcommand's unknown flag)."""
+        choice = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if choice:
+            return did_you_mean(choice.group(1), re.findall(r"'([^']*)'", choice.group(2)))
+        unknown = re.match(r"unrecognized arguments: (.*)", message)
+        if not unknown:
+            return ""
+        options = [o for parser in self._parsers() for a in parser._actions
+                   for o in a.option_strings]
+        flags = [w.split("=", 1)[0] for w in unknown.group(1).split() if w.startswith("--")]
+        return next((g for g in (did_you_mean(f, options) for f in flags) if g), "")
+
+    def _parsers(self) -> list:
+        subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+        return [self, *(p for a in subs for p in a.choices.values())]
 
     def _add_action(self, action):
         # Record each option the command line sets (in `namespace._given`), so that a flag

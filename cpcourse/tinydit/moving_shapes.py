@@ -26,7 +26,7 @@ import math
 import numpy as np
 import torch
 
-from cpcourse.support.errors import require
+from cpcourse.support.errors import did_you_mean, require
 
 SHAPES = ("circle", "square")
 DIRECTIONS = ("left", "right", "up", "down")
@@ -44,7 +44,8 @@ SQUARE = 0.3              # a blob lighting more of its corners than this is a s
 
 def parse_prompt(prompt: str) -> tuple[int, int]:
     """`"circle-right"` -> (shape id, direction id); an unknown id lists the valid ones."""
-    require(prompt in PROMPTS, f"unknown prompt {prompt!r}: use one of {', '.join(PROMPTS)}")
+    require(prompt in PROMPTS, f"unknown prompt {prompt!r}: {did_you_mean(prompt, PROMPTS)}use "
+            f"one of {', '.join(PROMPTS)}")
     shape, direction = prompt.split("-")
     return SHAPES.index(shape), DIRECTIONS.index(direction)
 

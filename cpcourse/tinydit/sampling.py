@@ -13,6 +13,8 @@ per step.
 
 from __future__ import annotations
 
+import os
+import sys
 import time
 
 import torch
@@ -108,6 +110,23 @@ def single_process_sample(spec: dict) -> torch.Tensor:
     return sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
 
 
+class _StepsSaid(list):
+    """`sample`'s step_times list that also says "step k/n" on stderr as each step ends: rank
+    0's, when the command line asks ($CPCOURSE_PROGRESS=1, `cpcourse.cli.progress`)."""
+
+    def __init__(self, total: int):
+        super().__init__()
+        self.total = total
+
+    def append(self, seconds: float) -> None:
+        super().append(seconds)
+        print(f"step {len(self)}/{self.total} ({seconds:.2f} s)", file=sys.stderr, flush=True)
+
+
+def _step_times(rank: int, total: int) -> list:
+    return _StepsSaid(total) if rank == 0 and os.environ.get("CPCOURSE_PROGRESS") == "1" else []
+
+
 def generate_rank(spec: dict) -> dict:
     """What each rank runs under `cpcourse.launch`: its frames of the sample, peak memory, times."""
     import torch.distributed as dist
@@ -125,13 +144,13 @@ def generate_rank(spec: dict) -> dict:
     ctx = CPContext(group=dist.group.WORLD, frame_offset=frame_offset(t, rank, world),
                     grid=(hl // cfg.patch, wl // cfg.patch),
                     temporal_method=spec["temporal_method"], full_method=spec["full_method"])
-    times: list[float] = []
+    times = _step_times(rank, spec["steps"])
     out, peak = peak_memory(sample, model, noise, spec["label"], spec["steps"],
                             spec["cfg_scale"], ctx, times)
     predicted = predicted_peak_bytes(cfg, spec["shape"], world, rank, ctx.temporal_method,
                                      ctx.full_method, elem_bytes=noise.element_size())
     return {"rank": rank, "frames": out, "peak_bytes": peak, "predicted_peak_bytes": predicted,
-            "step_seconds": times}
+            "step_seconds": list(times)}
 
 
 def generate_mesh_rank(spec: dict) -> dict:
@@ -165,7 +184,7 @@ def generate_mesh_rank(spec: dict) -> dict:
                                dim=2)[cp_rank].contiguous()
     ctx = CPContext(mesh=mesh, frame_offset=frame_offset(t, cp_rank, cp_world),
                     grid=(hl // cfg.patch, wl // cfg.patch))
-    times: list[float] = []
+    times = _step_times(rank, spec["steps"])
     args = (model, noise, spec["label"], spec["steps"], spec["cfg_scale"], ctx, times)
     with count_bytes() as sent:  # memory tracking costs time: a benchmark turns it off
         out, peak = (peak_memory(sample, *args) if spec.get("measure_memory", True)
@@ -173,7 +192,7 @@ def generate_mesh_rank(spec: dict) -> dict:
     steps = spec["steps"]
     measured = {k: v // steps for k, v in bytes_by_dim(sent, mesh).items()}
     return {"rank": rank, "coords": layout.coords(rank), "cp_rank": cp_rank, "frames": out,
-            "peak_bytes": peak, "step_seconds": times, "bytes_per_step": measured,
+            "peak_bytes": peak, "step_seconds": list(times), "bytes_per_step": measured,
             "bytes_total": sent.total,
             "predicted_bytes_per_step": predicted_bytes_per_step(
                 cfg, spec["shape"], layout, rank, noise.element_size(), steps=steps)}

@@ -150,16 +150,17 @@ def causal_chunk(path: str) -> int:
 
 
 def evaluate_causal(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAMPLE_STEPS,
-                    cfg_scale: float = 4.0, chunk: int | None = None) -> dict:
+                    cfg_scale: float = 4.0, chunk: int | None = None, progress=None) -> dict:
     """`training.evaluate` with every clip streamed chunk by chunk (the seeds as one batch):
-    per prompt "direction", "shape", "present", "clips"; "all"; "seconds_per_clip"."""
+    per prompt "direction", "shape", "present", "clips"; "all"; "seconds_per_clip".
+    `progress`: as `evaluate`'s."""
     from cpcourse.tinydit.causal import CHUNK
     from cpcourse.tinydit.training import evaluate
 
     def streamed(model, noise, label, steps, cfg_scale):
         return stream_latents(model, noise, label, chunk or CHUNK, steps, cfg_scale)
 
-    return evaluate(model, prompts, seeds, steps, cfg_scale, sampler=streamed)
+    return evaluate(model, prompts, seeds, steps, cfg_scale, sampler=streamed, progress=progress)
 
 
 def stream_rank(spec: dict) -> dict:

@@ -237,9 +237,11 @@ def generate_clip(model: TinyVideoDiT, prompt: str, seed: int = 0, steps: int = 
 
 
 def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAMPLE_STEPS,
-             cfg_scale: float = 4.0, sampler=None) -> dict:
+             cfg_scale: float = 4.0, sampler=None, progress=None) -> dict:
     """Generate every prompt at every seed in this process and track each clip. `sampler`:
     `sampling.sample`'s signature (None: it); the causal model passes its streaming sampler.
+    `progress`, when given, is called after each prompt as progress(done, total, prompt, its
+    rates, seconds so far) (`cpcourse bench shapes` prints a line: a run takes minutes).
 
     Returns {prompt: {"direction": fraction of clips moving the prompt's way, "shape": fraction
     drawing the prompt's shape, "present": fraction of frames with exactly one object,
@@ -260,6 +262,8 @@ def evaluate(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAM
         found = [matches(prompt, track(to_clip(batch[i:i + 1]))) for i in range(len(seeds))]
         rows += found
         out[prompt] = rates(found)
+        if progress is not None:
+            progress(len(out), len(prompts), prompt, out[prompt], time.perf_counter() - start)
     out["all"] = rates(rows)
     out["seconds_per_clip"] = (time.perf_counter() - start) / len(rows)
     return out

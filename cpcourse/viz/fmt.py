@@ -51,6 +51,12 @@ def seconds(s: float) -> str:
     return f"{v:.2f} ms" if abs(v) < 10 else f"{v:.1f} ms"
 
 
+def plural(n: int, word: str, many: str | None = None) -> str:
+    """A count and its noun, singular or plural: (1, 'node') -> '1 node', (3, 'process',
+    'processes') -> '3 processes' (not '3 process(es)')."""
+    return f"{count(n)} {word if n == 1 else (many or word + 's')}"
+
+
 def count(n: float) -> str:
     """An integer with thousands separators: 432000 -> '432,000'."""
     return f"{int(round(n)):,}"

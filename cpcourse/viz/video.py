@@ -98,14 +98,14 @@ def memory_figure(reports: dict) -> Figure:
     for p, rep in reports.items():
         for r, (m, pred) in enumerate(zip(rep["peak_bytes_per_rank"],
                                           rep["predicted_peak_bytes_per_rank"], strict=True)):
-            ax.bar(x, m / 2**20, color=_RANK_COLORS(r))
-            ax.scatter([x], [pred / 2**20], color="black", marker="_", s=300, zorder=3)
+            ax.bar(x, m / 1e6, color=_RANK_COLORS(r))
+            ax.scatter([x], [pred / 1e6], color="black", marker="_", s=300, zorder=3)
             ticks.append(x)
             labels.append(f"P={p}\nrank {r}")
             x += 1
         x += 0.5
     ax.set_xticks(ticks, labels, fontsize=7)
-    ax.set_ylabel("peak tensor memory per rank (MiB)")
+    ax.set_ylabel("peak tensor memory per rank (MB)")
     ax.set_title("bars: measured (support.peak_memory); black marks: predicted (tinydit.costs)",
                  fontsize=9)
     fig.tight_layout()

@@ -6,7 +6,9 @@ Builds a subset of the book (`book/conf.py`, BOOK_NOTEBOOKS: notebook 00, with i
 and 07, with its clips) into a temporary folder, executed as `make book` executes it, and checks
 what a reader sees: the landing page lists the notebooks in course order; each notebook page
 shows a figure or a table and no error; 07's clips are animated images; the dashboard shows its
-first state, not a placeholder; search finds "ring attention". Screenshots go to
+first state, not a placeholder; search finds "ring attention"; `cpc-table` cells are padded,
+worked answers and "predict first" results are folded, code blocks have a copy button, and
+the course map reads at phone width (420 px). Screenshots go to
 artifacts/browser/book-*.png. Skipped when Chromium or playwright is missing.
 """
 
@@ -106,6 +108,7 @@ def test_the_dashboard_shows_its_first_state(site, page):
     dash.scroll_into_view_if_needed()
     _shot(page, "dashboard")
     assert dash.query_selector("img") is not None and "make lab" in dash.inner_text()
+    assert "(0, 0)" not in dash.inner_text(), "a dropdown shows its value, not its label"
     assert "application/vnd.jupyter.widget-view+json" not in page.content()
 
 
@@ -115,3 +118,50 @@ def test_search_finds_ring_attention(site, page):
     _shot(page, "search")
     hits = page.eval_on_selector_all("#search-results li a", "els => els.map(e => e.href)")
     assert any("07_tiny_dit_under_cp" in h for h in hits), hits
+
+
+@pytest.mark.parametrize("nb", SUBSET)
+def test_tables_are_padded_answers_folded_code_copyable(site, page, nb):
+    page.set_viewport_size({"width": 1280, "height": 900})
+    page.goto((site / "notebooks" / f"{nb}.html").as_uri())
+    pad = page.eval_on_selector("table.cpc-table td", """td => {
+      const s = getComputedStyle(td);
+      return [parseFloat(s.paddingLeft), parseFloat(s.paddingRight)];
+    }""")
+    assert min(pad) >= 4, f"{nb}: cpc-table cells padded {pad} px: numbers run together"
+    folds = page.eval_on_selector_all(
+        "details.hide", "els => els.map(e => [e.open, e.querySelector('summary').innerText])")
+    assert folds and not any(is_open for is_open, _ in folds), f"{nb}: {folds}"
+    said = " ".join(text for _, text in folds)
+    assert "Show the result" in said, f"{nb}: no predict-first result folded: {said}"
+    if nb == "07_tiny_dit_under_cp":  # 00 has no worked questions
+        assert "Show the answers" in said, f"{nb}: {said}"
+        worked = next(d for d in page.query_selector_all("details.hide")
+                      if "Show the answers" in d.query_selector("summary").inner_text())
+        assert not worked.query_selector(".cell_output").is_visible()  # folded until asked
+        worked.query_selector("summary").click()
+        assert worked.query_selector(".cell_output").is_visible()
+    cells = page.eval_on_selector_all(".cell_input div.highlight", "els => els.length")
+    buttons = page.eval_on_selector_all(".cell_input div.highlight button.cpc-copy",
+                                        "els => els.length")
+    assert cells and buttons == cells, f"{nb}: {buttons} copy buttons for {cells} code cells"
+    button = page.query_selector(".cell_input div.highlight button.cpc-copy")
+    button.scroll_into_view_if_needed()
+    button.click()  # "copied", or where the browser refuses both ways, what to do instead
+    page.wait_for_function("b => b.textContent !== 'copy'", arg=button, timeout=5_000)
+
+
+def test_the_course_map_links_and_reads_at_phone_width(site, page):
+    page.set_viewport_size({"width": 420, "height": 900})
+    try:
+        page.goto((site / "book" / "index.html").as_uri())
+        table = page.query_selector("table.cpc-map")
+        assert table is not None, "the course map has no cpc-map class"
+        links = table.eval_on_selector_all("a", "els => els.map(e => e.getAttribute('href'))")
+        assert any(h.endswith("notebooks/00_token_explosion.html") for h in links), links
+        table.scroll_into_view_if_needed()
+        _shot(page, "index-420px")
+        cell = table.query_selector("td:nth-child(2)").bounding_box()
+        assert cell["width"] > 300, f"a course-map cell is {cell['width']} px wide at 420 px"
+    finally:
+        page.set_viewport_size({"width": 1280, "height": 900})

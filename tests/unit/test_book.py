@@ -35,13 +35,18 @@ def test_a_subset_builds_only_what_it_names(monkeypatch):
 
 
 def test_the_landing_page_includes_resolve():
-    """Each {include} of the README names text that is there, in order."""
-    readme = (ROOT / "README.md").read_text()
+    """Each {include} of the landing page names text that is in the file it includes, in order;
+    every page the index lists exists."""
     index = (ROOT / "book" / "index.md").read_text()
-    marks = re.findall(r':(?:start-after|end-before): "([^"]+)"', index)
-    assert len(marks) == 4
-    at = [readme.index(m) for m in marks]
-    assert at == sorted(at), "the landing page's README excerpts are out of order"
+    includes = re.findall(r'```\{include\} (\S+)\n:start-after: "([^"]+)"\n:end-before: "([^"]+)"',
+                          index)
+    assert [Path(f).name for f, _, _ in includes] == ["README.md", "README.md", "course_map.md"]
+    for name, start, end in includes:
+        text = (ROOT / "book" / name).resolve().read_text()
+        assert start in text and end in text, f"{name}: {start!r} .. {end!r}"
+        assert text.index(start) < text.index(end), f"{name}: {start!r} comes after {end!r}"
+    for page in ("course_map", "commands", "multi_gpu", "troubleshooting", "layout"):
+        assert f"\n{page}\n" in index and (ROOT / "book" / f"{page}.md").exists()
 
 
 def test_the_executed_book_shows_stubs_and_static_dashboards():

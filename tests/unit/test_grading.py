@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -326,3 +327,24 @@ def test_sigterm_stops_pytest_and_removes_the_log(course, tmp_path, monkeypatch)
     assert caught.value.code == 128 + signal.SIGTERM
     assert list(tmp_path.iterdir()) == []
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_the_grade_table_names_each_exercise_once_and_what_to_do_next():
+    from cpcourse.course.panels import distinct_titles, next_line
+    from cpcourse.course.stubs import registry
+
+    exercises = list(registry().values())
+    titles = distinct_titles(exercises)
+    assert len(set(titles.values())) == len(exercises), "two exercises share a title"
+    assert not any(t.lower().startswith("exercise") for t in titles.values())
+    todo = [grading.ExerciseResult(ex, "exercises", "not implemented", untouched=True)
+            for ex in exercises]
+    table = render_table(todo, 1.0)
+    first = exercises[0]
+    assert table.splitlines()[-1] == next_line(todo)
+    assert f"next: {first.id}" in table and f"exercises/{first.module}.py" in table
+    assert re.search(rf"notebook {first.id[:2]} §\d+", table), table.splitlines()[-1]
+    assert "not started" in table and "untouched" not in table  # no 46 identical sentences
+    assert max(len(t) for t in titles.values()) > 28  # titles are not cut
+    done = [grading.ExerciseResult(ex, "solutions", "passed") for ex in exercises[:2]]
+    assert next_line(done).startswith("every exercise passes")

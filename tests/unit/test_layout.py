@@ -2,7 +2,7 @@
 
     python -m pytest tests/unit/test_layout.py -q
 
-Ranks, lowest first (README "Layout"): `support` < the concept modules at the top of `cpcourse/`,
+Ranks, lowest first (book/layout.md): `support` < the concept modules at the top of `cpcourse/`,
 in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
 tensor parallelism < the mesh < video and the block-causal `causal` chapter) < the chapters
 `tinydit`, `models`, `planner` and the machinery `launch` < `approx` (approximate parallel

@@ -15,7 +15,8 @@ MARKER = re.compile(r'BEGIN SOLUTION (\d\d\.\d) \| notebook (\d\d), "([^"]+)"')
 
 
 def _sources() -> list[Path]:
-    files = [*NOTEBOOKS.values(), ROOT / "README.md", ROOT / "AUTHORING.md"]
+    files = [*NOTEBOOKS.values(), ROOT / "README.md", ROOT / "AUTHORING.md",
+             *sorted((ROOT / "book").glob("*.md"))]
     for folder in ("cpcourse", "exercises", "solutions"):  # tests invent notebooks 98, 99
         files += sorted((ROOT / folder).rglob("*.py"))
     return [f for f in files if f.name != Path(__file__).name]

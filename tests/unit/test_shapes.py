@@ -214,8 +214,10 @@ def test_gif_and_html_show_every_frame(tmp_path):
 
 
 def test_bench_shapes_reports_every_prompt(capsys):
-    code, out, _ = _run(capsys, "bench", "shapes", "--seeds", "1", "--steps", "6", "--json")
+    code, out, err = _run(capsys, "bench", "shapes", "--seeds", "1", "--steps", "6", "--json")
     report = json.loads(out)
+    lines = [line for line in err.splitlines() if line.strip().startswith("[")]
+    assert [line.split()[1] for line in lines] == list(PROMPTS)  # progress, on stderr
     assert code == 0 and set(report["per_prompt"]) == set(PROMPTS)
     assert report["training_data"]["direction"] == 1.0 and report["all"]["clips"] == 8
     assert report["trained"]["steps"] > 0

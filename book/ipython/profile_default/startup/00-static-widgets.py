@@ -37,8 +37,11 @@ def _static(w) -> str:
         direction = "row" if isinstance(w, widgets.HBox) else "column"
         return f'<div style="display:flex;flex-direction:{direction};gap:8px">{inner}</div>'
     if isinstance(w, widgets.ValueWidget) and getattr(w, "description", None) is not None:
+        # a dropdown's value may be a code ((0, 0) for "model default"): show what it reads
+        # (a selection widget has options and a `label`, the text a learner sees)
+        shown = w.label if hasattr(w, "options") and hasattr(w, "label") else w.value
         return (f'<p class="cpc-static-control"><b>{html.escape(w.description or "")}</b> '
-                f"{html.escape(str(w.value))}</p>")
+                f"{html.escape(str(shown))}</p>")
     return ""
 
 
