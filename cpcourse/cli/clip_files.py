@@ -27,18 +27,20 @@ def load_compare(path: str) -> torch.Tensor:
 
 def check_outputs(args) -> None:
     """--gif and --save (and its .json report) checked before the run: each file can be
-    created, and --gif is neither of the other two (one would overwrite the other after the
+    created (`support.out_files.check_output`: an existing one needs --force), and --gif is neither of the other two (one would overwrite the other after the
     run). The mode table refused --gif with random weights already."""
-    from cpcourse.support.out_files import check_writable
+    from cpcourse.support.out_files import check_output
 
+    force = getattr(args, "force", False)
     gif = None
     if args.gif:
-        gif = os.path.realpath(check_writable("--gif", args.gif))
+        gif = os.path.realpath(check_output(args.gif, force, "--gif"))
     if args.save:
-        check_writable("--save", args.save)
+        check_output(args.save, force, "--save")
         report = args.save + ".json"
         require(not os.path.isdir(report), f"--save {args.save}: its report {report} is a "
                 "directory: give --save another name")
+        check_output(report, force, "--save's report")
         for what, path in (("--save", args.save), ("--save's report", report)):
             require(gif != os.path.realpath(path), f"--gif {args.gif} is also {what} "
                     f"{path}: one would overwrite the other; give them different names")

@@ -57,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", default=None,
                    help="write the clip [T, 3, H, W] (random weights: the latents) here")
     p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
+    p.add_argument("--force", action="store_true",
+                   help="--save/--gif may replace an existing file (else refused)")
     p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
     p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
     p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
@@ -132,7 +134,7 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
               "parallel": "windows", "approx": "trained", "warmup": "approx",
               "patches": "pipefusion", "split": "approximate", "cache": "trained",
-              "cache_threshold": "cache"}
+              "cache_threshold": "cache", "force": "writes"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -164,7 +166,9 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
             "approximate": (clips and (args.approx is not None or args.cache is not None),
                             "--approx METHOD or --cache fbcache"),
             "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
-            "cache": (clips and args.cache is not None, "--cache fbcache")}
+            "cache": (clips and args.cache is not None, "--cache fbcache"),
+            "writes": (clips and (args.save is not None or args.gif is not None),
+                       "--save or --gif (a file it may replace)")}
 
 
 def main(argv: list[str]) -> int:

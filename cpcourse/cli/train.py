@@ -25,6 +25,7 @@ def build_parser():
 
     p = ArgumentParser(prog="cpcourse train", description=__doc__.split("\n")[0])
     p.add_argument("--out", required=True, help="the weights file to write (.safetensors)")
+    p.add_argument("--force", action="store_true", help="--out may replace an existing file")
     p.add_argument("--minutes", type=float, default=None,
                    help="train for this long (at least one step)")
     p.add_argument("--steps", type=int, default=None, help="or for this many steps")
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> int:
 def _check(args) -> tuple[str, int, str | None]:
     """Every flag checked before training starts, so a mistake costs no minutes and leaves no
     weights file: (the absolute --out, the number of --eval-seeds, 0 for none, the --init)."""
-    from cpcourse.support.out_files import check_writable
+    from cpcourse.support.out_files import check_output
     from cpcourse.tinydit.training import check_eval_seeds, weights_config
 
     require(args.minutes is not None or args.steps is not None,
@@ -93,4 +94,4 @@ def _check(args) -> tuple[str, int, str | None]:
     else:
         require(init is None, "--init is for --causal (the bidirectional model trains from "
                 "the DiT init)")
-    return check_writable("--out", args.out), eval_seeds, init
+    return check_output(args.out, args.force, "--out"), eval_seeds, init

@@ -21,6 +21,7 @@ from cpcourse.models.vae import ARCHS
 from cpcourse.runs.vae import DTYPES, check_vae_spec, run_vae
 from cpcourse.support.errors import ArgumentParser, positive_float, positive_int
 from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.support.out_files import check_output
 
 
 def build_parser():
@@ -33,6 +34,7 @@ def build_parser():
     p.add_argument("--dtype", choices=DTYPES, default="float32")
     p.add_argument("--seed", type=int, default=0, help="weights and latents seed")
     p.add_argument("--save", default=None, help="write the decoded video here (torch.save)")
+    p.add_argument("--force", action="store_true", help="--save may replace an existing file")
     p.add_argument("--tiled", action="store_true",
                    help="also diffusers' tiled decode: its error at the seams and inside")
     p.add_argument("--compare", action="store_true",
@@ -45,12 +47,12 @@ def build_parser():
 # Where each flag acts: every flag once (see cpcourse.support.modes). Every flag always acts.
 MODE_FLAGS = {"arch": ALWAYS, "nproc": ALWAYS, "frames": ALWAYS, "height": ALWAYS,
               "width": ALWAYS, "dtype": ALWAYS, "seed": ALWAYS, "save": ALWAYS, "tiled": ALWAYS,
-              "compare": ALWAYS, "timeout": ALWAYS, "json": ALWAYS}
+              "compare": ALWAYS, "timeout": ALWAYS, "json": ALWAYS, "force": "save"}
 
 
 def mode_conditions(args) -> dict[str, tuple[bool, str]]:
-    """No flag of `vae` depends on another."""
-    return {}
+    """--force acts only on a --save file."""
+    return {"save": (args.save is not None, "--save FILE (a file it may replace)")}
 
 
 def main(argv: list[str]) -> int:
@@ -62,6 +64,8 @@ def main(argv: list[str]) -> int:
     spec = {"arch": args.arch, "frames": args.frames, "height": args.height,
             "width": args.width, "dtype": args.dtype, "seed": args.seed, "save": args.save}
     check_vae_spec(spec, nproc)
+    if args.save is not None:  # before the decode: a bad path costs no minutes
+        check_output(args.save, args.force, "--save")
     report = run_vae(spec, nproc, compare=args.compare, tiled=args.tiled,
                      timeout=positive_float("--timeout", args.timeout, high=3600))
     if args.json:

@@ -150,6 +150,8 @@ def run_vae(spec: dict, nproc: int, compare: bool = True, tiled: bool = False,
         if tiled:
             report["tiled"] = seam_errors(spec, ref)
     if spec.get("save"):
-        torch.save(out, spec["save"])
+        from cpcourse.support.out_files import write_output
+
+        write_output(spec["save"], lambda tmp: torch.save(out, tmp), "--save")
         report["saved"] = spec["save"]
     return report
