@@ -1,6 +1,6 @@
 """Derive what one forward of a real video DiT computes and moves, from diffusers' own classes.
 
-    .venv/bin/python tools/derive_dit_costs.py    # compares; --write rewrites cpcourse/data/dit_derived_costs.json
+    .venv/bin/python tools/derive_dit_costs.py --write  # rewrites the data file (else compares)
 
 Each preset's transformer is built at its released size on the meta device (no memory, no
 arithmetic) and run at two frame counts under two counters: torch's FlopCounterMode for the

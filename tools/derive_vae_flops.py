@@ -1,6 +1,6 @@
 """Derive the VAE decode FLOPs the planner charges, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_flops.py        # compares; --write rewrites cpcourse/data/vae_decode_flops.json
+    .venv/bin/python tools/derive_vae_flops.py --write  # rewrites the data file (else compares)
 
 Each video VAE is built with its diffusers default config on the meta device (no weights, no
 memory) and one decode is counted with torch's FlopCounterMode at two latent lengths. Decoding is

@@ -1,6 +1,6 @@
 """Derive what a parallel VAE decode sends between ranks, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_halo.py    # compares; --write rewrites cpcourse/data/vae_decode_halo.json
+    .venv/bin/python tools/derive_vae_halo.py --write  # rewrites the data file (else compares)
 
 The released VAE (default config) decodes on the meta device under the library's own height
 split (`cpcourse.models.vae.halo.patched`), with a split that records instead of sending: every

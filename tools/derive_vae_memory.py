@@ -1,6 +1,6 @@
 """Derive what a VAE decode holds on the GPU at its peak, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_memory.py    # compares; --write rewrites cpcourse/data/vae_decode_memory.json
+    .venv/bin/python tools/derive_vae_memory.py --write  # rewrites the data file (else compares)
 
 A decode is run on the meta device (no memory, no arithmetic) under a dispatch mode that adds up
 the bytes of every tensor storage an op creates and subtracts them when the last tensor using

@@ -27,8 +27,9 @@ def load_compare(path: str) -> torch.Tensor:
 
 def check_outputs(args) -> None:
     """--gif and --save (and its .json report) checked before the run: each file can be
-    created (`support.out_files.check_output`: an existing one needs --force), and --gif is neither of the other two (one would overwrite the other after the
-    run). The mode table refused --gif with random weights already."""
+    created (`support.out_files.check_output`: an existing one needs --force), and --gif is
+    neither of the other two (one would overwrite the other after the run). The mode table
+    refused --gif with random weights already."""
     from cpcourse.support.out_files import check_output
 
     force = getattr(args, "force", False)
