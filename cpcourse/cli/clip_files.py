@@ -22,6 +22,11 @@ def load_compare(path: str) -> torch.Tensor:
         raise InputError(f"--compare-to {path}: not a file saved by `cpcourse generate --save` "
                          f"({type(exc).__name__})") from None
     require(isinstance(other, torch.Tensor), f"--compare-to {path} holds no tensor")
+    require(other.is_floating_point() and other.numel() > 0, f"--compare-to {path} holds a "
+            f"{other.dtype} tensor of shape {tuple(other.shape)}: not a saved clip or latents")
+    bad = int((~torch.isfinite(other)).sum())
+    require(bad == 0, f"--compare-to {path} holds {bad} values that are not finite (NaN or inf): "
+            "a difference from it would mean nothing; give a file an earlier run saved")
     return other
 
 

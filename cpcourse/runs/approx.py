@@ -124,8 +124,30 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
               "first_block_change": per[0]["changes"] if request.cache else None}
     report.update(_tracked(run.prompt, clip))
     if compare:
-        report.update(against(clip, to_clip(single_process_sample(run.rank_spec()))))
+        exact_clip = to_clip(single_process_sample(run.rank_spec()))
+        report.update(against(clip, exact_clip))
+        report.update(exactness(request, report, exact_clip))
     return clip, report
+
+
+def exactness(request: ApproxRequest, report: dict, exact_clip) -> dict:
+    """`exact`, `tolerance`, `within_tolerance` and `no_tolerance_because`. A run that took
+    every step synchronously (warm-up covering the run, or exact CP) and skipped none is exact
+    CP: the one tolerance rule applies to it. Any other run is approximate by design: its
+    measures are psnr_vs_exact and max_abs_diff_vs_exact, and no tolerance applies."""
+    from cpcourse.support.tolerance import verdict
+
+    synchronous = request.approx == "exact" or request.warmup >= request.run.steps
+    if synchronous and report["steps_skipped"] == 0:
+        v = verdict(report["max_abs_diff_vs_exact"], float(exact_clip.abs().max()), "exact_cp",
+                    "float32", request.run.cfg_scale)
+        return {"exact": True, "tolerance": v["tolerance"],
+                "within_tolerance": v["within_tolerance"], "no_tolerance_because": None}
+    why = (f"{report['steps_skipped']} steps skipped by the cache" if report["steps_skipped"]
+           else f"{request.approx} uses stale or missing remote activations after warm-up "
+           f"{request.warmup} of {request.run.steps} steps")
+    return {"exact": False, "tolerance": None, "within_tolerance": None,
+            "no_tolerance_because": f"approximate by design ({why}): judge it by psnr_vs_exact"}
 
 
 def run_approx(nproc: int, seed: int = 0, *, compare: bool = False, timeout: float = 120.0,

@@ -89,3 +89,19 @@ def test_projection_needs_two_gpus():
 
     with pytest.raises(InputError, match="at least 2"):
         project("wan2.1-t2v-14b", "h100", 1)
+
+
+@pytest.mark.parametrize("approx, warmup, cache, skipped, exact", [
+    ("naive", 2, None, 0, True), ("pipefusion", 2, None, 0, True), ("naive", 1, None, 0, False),
+    (None, 0, "fbcache", 0, True), (None, 0, "fbcache", 1, False)])
+def test_every_compare_gives_a_verdict_or_says_why_not(approx, warmup, cache, skipped, exact):
+    """Probe #6: a run that took every step synchronously and skipped none is exact CP and gets
+    the tolerance rule's verdict; an approximate one says `exact: false` and why."""
+    from cpcourse.runs.approx import check_approx, exactness
+
+    req = check_approx(2, 0, prompt="circle-right", approx=approx, warmup=warmup, cache=cache,
+                       steps=2)
+    v = exactness(req, {"steps_skipped": skipped, "max_abs_diff_vs_exact": 0.0},
+                  torch.ones(8, 3, 4, 4))
+    assert v["exact"] is exact and (v["within_tolerance"] is True) is exact
+    assert (v["tolerance"] is None) is not exact and (v["no_tolerance_because"] is None) is exact

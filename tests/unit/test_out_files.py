@@ -206,3 +206,27 @@ def test_derive_tools_refuse_unknown_arguments_and_write_nothing(tool):
     assert res.returncode == 2 and res.stdout == "", res
     assert res.stderr.count("\n") == 1 and "unrecognized arguments: --bogus" in res.stderr
     assert {p: p.stat().st_mtime_ns for p in data} == before
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_compare_to_a_non_finite_tensor_is_refused_up_front(capsys, tmp_path, bad):
+    """Probe C4: a reference holding NaN or inf: one line, exit 2, before any rank."""
+    ref = torch.zeros(8, 3, 32, 32)
+    ref[0, 0, 0, 0] = bad
+    torch.save(ref, tmp_path / "nan.pt")
+    refuse(capsys, ["generate", "--prompt", "circle-right", "--nproc", "1", "--steps", "1",
+                    "--compare-to", str(tmp_path / "nan.pt"), "--json"], "not finite")
+
+
+def test_verdict_refuses_scales_and_dtypes_it_cannot_judge():
+    """Probe C7: an inf scale would pass any error, a NaN one was dropped, float8 a KeyError."""
+    from cpcourse.support.tolerance import tolerance, verdict
+
+    for call, words in ((lambda: verdict(1e30, float("inf"), "ring"), "scale must be a finite number"),
+                        (lambda: tolerance("ring", "float32", scale=float("nan")), "scale"),
+                        (lambda: tolerance("ring", "float32", scale=-1.0), "scale"),
+                        (lambda: tolerance("ring", "float8"), "dtype 'float8' has no tolerance")):
+        with pytest.raises(ValueError, match=words):
+            call()
+    assert verdict(1e-6, 1.0, "ring")["within_tolerance"]
+    assert not verdict(float("nan"), 1.0, "ring")["within_tolerance"]
