@@ -222,7 +222,7 @@ def test_verdict_refuses_scales_and_dtypes_it_cannot_judge():
     """Probe C7: an inf scale would pass any error, a NaN one was dropped, float8 a KeyError."""
     from cpcourse.support.tolerance import tolerance, verdict
 
-    for call, words in ((lambda: verdict(1e30, float("inf"), "ring"), "scale must be a finite number"),
+    for call, words in ((lambda: verdict(1e30, float("inf"), "ring"), "scale must be a finite"),
                         (lambda: tolerance("ring", "float32", scale=float("nan")), "scale"),
                         (lambda: tolerance("ring", "float32", scale=-1.0), "scale"),
                         (lambda: tolerance("ring", "float8"), "dtype 'float8' has no tolerance")):
