@@ -37,6 +37,7 @@ def data_rates(n: int = 256, seed: int = 0) -> dict:
 
 def main(argv: list[str]) -> int:
     from cpcourse.tinydit.causal import shipped_causal_path
+    from cpcourse.tinydit.model import require_kind
     from cpcourse.tinydit.streaming import causal_chunk, evaluate_causal
     from cpcourse.tinydit.training import check_eval_seeds, evaluate, load_weights, shipped_path
 
@@ -63,6 +64,7 @@ def main(argv: list[str]) -> int:
                               chunk=chunk)
     else:
         model, meta = load_weights(path)
+        require_kind(path, meta, causal=False)  # a causal file sampled whole would mislead
         res = evaluate(model, seeds=range(seeds), steps=steps, cfg_scale=cfg_scale)
     report = {"weights": path, "causal": args.causal, "seeds": seeds, "steps": steps,
               "cfg_scale": cfg_scale,

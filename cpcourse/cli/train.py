@@ -90,7 +90,7 @@ def _check(args) -> tuple[str, int, str | None]:
     if args.causal:
         init = init or "shipped"
         if init not in ("shipped", "scratch"):
-            init = weights_config(init)[0]   # read now: a foreign file is one line, no training
+            init = weights_config(init, causal=None)[0]  # read now: a foreign file is one line, no training
     else:
         require(init is None, "--init is for --causal (the bidirectional model trains from "
                 "the DiT init)")

@@ -230,3 +230,29 @@ def test_verdict_refuses_scales_and_dtypes_it_cannot_judge():
             call()
     assert verdict(1e-6, 1.0, "ring")["within_tolerance"]
     assert not verdict(float("nan"), 1.0, "ring")["within_tolerance"]
+
+
+def test_weights_say_what_they_are_and_commands_refuse_the_other_kind(capsys, tmp_path):
+    """Probe #2: the chunk-causal weights sampled as a bidirectional model (generate, bench
+    shapes) are refused before any work; a file `save_weights` writes records its kind."""
+    from cpcourse.tinydit.causal import shipped_causal_path
+    from cpcourse.tinydit.model import (DiTConfig, build_model, load_weights, save_weights,
+                                        weights_kind)
+    from cpcourse.tinydit.training import shipped_path
+
+    causal = shipped_causal_path()
+    assert weights_kind(load_weights(causal)[1]) == {"model": "chunk-causal", "chunk": 2}
+    assert weights_kind(load_weights(shipped_path())[1]) == {"model": "bidirectional"}
+    for argv in (["generate", "--weights", causal, "--prompt", "circle-right", "--nproc", "1",
+                  "--steps", "1", "--json"],
+                 ["generate", "--weights", causal, "--window", "4", "--frames", "8"],
+                 ["bench", "shapes", "--weights", causal, "--seeds", "1", "--steps", "1"]):
+        with mock.patch("cpcourse.tinydit.training.evaluate", no_work):
+            refuse(capsys, argv, "chunk-causal (trained with chunk 2): add --causal")
+    refuse(capsys, ["generate", "--causal", "--weights", shipped_path(), "--nproc", "1"],
+           "not a chunk-causal model")
+    model = build_model(DiTConfig(hidden=16, heads=2, depth=1), 0)
+    for extra, kind in (({}, {"model": "bidirectional"}),
+                        ({"causal": {"chunk": 4}}, {"model": "chunk-causal", "chunk": 4})):
+        save_weights(model, str(tmp_path / "w.safetensors"), extra)
+        assert load_weights(str(tmp_path / "w.safetensors"))[1]["kind"] == kind
