@@ -236,8 +236,13 @@ def test_weights_say_what_they_are_and_commands_refuse_the_other_kind(capsys, tm
     """Probe #2: the chunk-causal weights sampled as a bidirectional model (generate, bench
     shapes) are refused before any work; a file `save_weights` writes records its kind."""
     from cpcourse.tinydit.causal import shipped_causal_path
-    from cpcourse.tinydit.model import (DiTConfig, build_model, load_weights, save_weights,
-                                        weights_kind)
+    from cpcourse.tinydit.model import (
+        DiTConfig,
+        build_model,
+        load_weights,
+        save_weights,
+        weights_kind,
+    )
     from cpcourse.tinydit.training import shipped_path
 
     causal = shipped_causal_path()
