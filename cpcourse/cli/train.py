@@ -90,7 +90,8 @@ def _check(args) -> tuple[str, int, str | None]:
     if args.causal:
         init = init or "shipped"
         if init not in ("shipped", "scratch"):
-            init = weights_config(init, causal=None)[0]  # read now: a foreign file is one line, no training
+            # read now: a foreign file is one line, no training; either kind may be fine-tuned
+            init = weights_config(init, causal=None)[0]
     else:
         require(init is None, "--init is for --causal (the bidirectional model trains from "
                 "the DiT init)")
