@@ -115,7 +115,7 @@ def as_torchrun_rank(argv: list[str]):
 # divisible by 16"), or names it in backticks ("give `minutes` or `steps`") or with a value
 # ("use nproc=4 or fewer"). On the command line the same message names the flag that sets it.
 # A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
-PARAMS = ("approx", "attention", "batch", "blend", "cache", "cache_threshold", "cfg_batch",
+PARAMS = ("approx", "attention", "batch", "blend", "cache", "cache_threshold", "cfg_batch", "chunk",
           "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus", "head_dim", "heads",
           "height", "hidden", "kernel", "label", "layers", "layout", "link", "link_efficiency",
           "max_seconds", "method", "minutes", "nodes", "noise", "nproc", "out", "parallel",

@@ -64,6 +64,9 @@ def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=
     require(parts[0] % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does not "
             f"divide the {parts[0]} {parts[1]}: the patch methods all-gather equal shards")
     warmup = positive_int("warmup", warmup, allow_zero=True)
+    require(warmup <= run.steps, f"warmup {warmup} is past the run's {run.steps} steps: at "
+            f"warmup {run.steps} every step is already synchronous (exact); use at most "
+            f"{run.steps}")
     if approx in WHOLE_VIDEO:
         require(run.nproc <= run.cfg.depth, f"nproc {run.nproc}: {approx} gives each rank at "
                 f"least one of the model's {run.cfg.depth} blocks; use at most {run.cfg.depth}")

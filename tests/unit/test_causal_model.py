@@ -91,6 +91,9 @@ def test_causal_training_writes_a_causal_file(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["--chunk", "3"], "chunk 3 must divide the clip's 8 frames"),
+    (["--chunk", "8"], "--chunk 8: this model was trained with chunk 2"),   # probe #7
+    (["--chunk", "2", "--weights", "cpcourse/data/shapes_dit.safetensors"],
+     "not a chunk-causal model"),
     (["--kv-cache", "ulysses", "--nproc", "3"], "the world size must divide the head count"),
     (["--frames", "16"], "--frames has no effect here"),
     (["--layout", "ring=2"], "--layout has no effect here"),
