@@ -115,12 +115,14 @@ def as_torchrun_rank(argv: list[str]):
 # divisible by 16"), or names it in backticks ("give `minutes` or `steps`") or with a value
 # ("use nproc=4 or fewer"). On the command line the same message names the flag that sets it.
 # A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
-PARAMS = ("approx", "attention", "batch", "blend", "cache", "cache_threshold", "cfg_batch", "chunk",
-          "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus", "head_dim", "heads",
+PARAMS = ("approx", "attention", "batch", "blend", "cache", "cache_threshold", "cfg_batch",
+          "chunk", "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus", "head_dim", "heads",
           "height", "hidden", "kernel", "label", "layers", "layout", "link", "link_efficiency",
-          "max_seconds", "method", "minutes", "nodes", "noise", "nproc", "out", "parallel",
+          "max_seconds", "method", "minutes", "nodes", "noise", "nproc", "offload", "out",
+          "parallel",
           "params_b", "patch", "patches", "prompt", "released", "sample_steps", "seconds", "seed",
-          "split", "steps", "stride", "text_tokens", "timeout", "tokens", "ulysses",
+          "split", "steps", "stride", "text_encoder", "text_encoder_cpu", "text_tokens",
+          "timeout", "tokens", "ulysses",
           "vae_spatial", "vae_temporal", "warmup", "weights", "width", "window")
 OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
              "full_method": "--full", "temporal_method": "--temporal"}
