@@ -170,6 +170,9 @@ def main(argv=None) -> int:
         args.notebooks.append(_tiny_notebook())
     if not args.notebooks:
         ap.error("no notebook: name some, or --tiny")
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        ap.error(f"no such notebook: {', '.join(missing)}")
     base = {"stock": NotebookClient, "nomimic": NoMimicClient}.get(args.client) or \
         _runner_client(args.runner_file)
     cls = _traced(base, args.stall_s)

@@ -261,3 +261,37 @@ def test_weights_say_what_they_are_and_commands_refuse_the_other_kind(capsys, tm
                         ({"causal": {"chunk": 4}}, {"model": "chunk-causal", "chunk": 4})):
         save_weights(model, str(tmp_path / "w.safetensors"), extra)
         assert load_weights(str(tmp_path / "w.safetensors"))[1]["kind"] == kind
+
+
+def test_no_inductor_cache_is_left_in_tmpdir(tmp_path):
+    """Probe #5: importing diffusers (every `models`, `vae` and `bench gpu` run) made
+    $TMPDIR/torchinductor_<user>; the cache now lives in the user's cache directory."""
+    import subprocess
+
+    tmp, cache = tmp_path / "tmp", tmp_path / "cache"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(cache)}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    res = subprocess.run([sys.executable, "-c", "import cpcourse, os, diffusers; "
+                          "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(cache / "cpcourse" / "torchinductor")
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["tools/make_exercises.py", "--check", "--root", "nodir"], "no solutions/ folder"),
+    (["tools/nbstall.py", "nosuch.ipynb", "--runs", "1"], "no such notebook: nosuch.ipynb"),
+])
+def test_dev_tools_refuse_a_missing_path_in_one_line(argv, words, tmp_path):
+    """Probe C11: a FileNotFoundError traceback before; now argparse's usage and one error."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, str(root / argv[0]), *argv[1:]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []
