@@ -13,6 +13,7 @@ sizes; `cpcourse.causal.attention_cp` runs it.
 from __future__ import annotations
 
 import heapq
+import math
 
 import torch
 
@@ -138,8 +139,10 @@ def imbalance(per_rank: list[int]) -> float:
     """max / mean: the slowest rank's time over the time a perfect split would take."""
     per_rank = list(per_rank)
     require(len(per_rank) > 0 and all(isinstance(w, int | float) and not isinstance(w, bool)
-                                      and w >= 0 for w in per_rank) and sum(per_rank) > 0,
-            f"per_rank must be the work of each rank (numbers >= 0, not all 0), got {per_rank}")
+                                      and 0 <= w < math.inf for w in per_rank)
+            and 0 < sum(per_rank) < math.inf,
+            f"per_rank must be the work of each rank (finite numbers >= 0, not all 0), got "
+            f"{per_rank}")
     return max(per_rank) * len(per_rank) / sum(per_rank)
 
 
