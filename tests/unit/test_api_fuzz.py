@@ -138,8 +138,14 @@ def test_a_verdict_is_a_finite_limit_or_refused(err, scale, dtype):
 @given(per_rank=st.lists(st.one_of(st.integers(-2, 50), st.sampled_from(HOSTILE)), max_size=5),
        sizes=st.lists(SIZE, max_size=5), rank=SIZE)
 def test_causal_chunk_helpers_answer_or_refuse(per_rank, sizes, rank):
-    from cpcourse.causal.chunks import (assign_chunks, chunk_of_frames, chunk_work, imbalance,
-                                        rank_tokens, ring_traffic)
+    from cpcourse.causal.chunks import (
+        assign_chunks,
+        chunk_of_frames,
+        chunk_work,
+        imbalance,
+        rank_tokens,
+        ring_traffic,
+    )
 
     r = _result_or_input_error(lambda: imbalance(per_rank))
     if r is not None:
