@@ -133,11 +133,25 @@ _QUOTED = re.compile(rf"`({_NAMES})`")
 _VALUED = re.compile(rf"(?<![\w-])({_NAMES})=")
 
 
+# A stuck rank's quoted source line ("called at rope.py:34: ...dtype=torch.float64)") is code,
+# not a message: it runs to the next rank's part or the end, and is never rewritten.
+_SOURCE = re.compile(r"(called at [^\s:]+:\d+: )(.*?)(?=; rank \d+: |; finished: |\n|$)")
+
+
 def as_flags(message: str) -> str:
-    """A library message with each parameter it names replaced by its command-line flag."""
+    """A library message with each parameter it names replaced by its command-line flag (the
+    source lines a timeout quotes are left as they are)."""
+    quoted: list[str] = []
+
+    def hide(m: re.Match) -> str:
+        quoted.append(m.group(2))
+        return f"{m.group(1)}\0{len(quoted) - 1}\0"
+
+    message = _SOURCE.sub(hide, message)
     message = _LEADING.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
     message = _QUOTED.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
-    return _VALUED.sub(lambda m: PARAM_FLAGS[m.group(1)] + " ", message)
+    message = _VALUED.sub(lambda m: PARAM_FLAGS[m.group(1)] + " ", message)
+    return re.sub(r"\0(\d+)\0", lambda m: quoted[int(m.group(1))], message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -114,3 +114,23 @@ def test_kv_cache_needs_causal(capsys):
 
     assert main(["generate", "--kv-cache", "pass-q"]) == 2
     assert "--kv-cache has no effect here: it needs --causal" in capsys.readouterr().err
+
+
+def test_the_default_timeout_grows_with_the_steps(monkeypatch, capsys):
+    """Probe #9: `--steps 400` ran into the 120 s default and read as "a deadlock?"."""
+    from cpcourse.cli import main
+    from cpcourse.tinydit.training import SAMPLE_STEPS
+
+    seen = {}
+
+    def fake_run(nproc, seed, *, timeout, **kw):
+        seen["timeout"] = timeout
+        raise KeyboardInterrupt  # stop before any process starts
+
+    monkeypatch.setattr("cpcourse.runs.stream.run_stream", fake_run)
+    for steps, want in ((SAMPLE_STEPS, 120.0), (4 * SAMPLE_STEPS, 480.0), (1000, 3600.0)):
+        assert main(["generate", "--causal", "--nproc", "1", "--steps", str(steps)]) == 130
+        assert seen["timeout"] == pytest.approx(min(want, 3600.0))
+    assert main(["generate", "--causal", "--nproc", "1", "--timeout", "7"]) == 130
+    assert seen["timeout"] == 7.0
+    capsys.readouterr()
