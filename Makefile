@@ -33,12 +33,12 @@ test-fast: setup
 
 demo: setup
 	$(VENV)/bin/cpcourse demo --nproc $(NPROC)
-	$(VENV)/bin/cpcourse generate --prompt circle-right --nproc 2 --gif demo.gif --compare
+	$(VENV)/bin/cpcourse generate --prompt circle-right --nproc 2 --gif demo.gif --force --compare
 
 # The prepared GPU check (`cpcourse bench gpu`): CUDA tests, kernel rates, real-size models
 # beside the planner, written to artifacts/gpu.json. DRY=1 runs the same code on the CPU.
 gpu: setup
-	$(VENV)/bin/cpcourse bench gpu $(if $(DRY),--dry-run --out artifacts/gpu-dry.json,)
+	$(VENV)/bin/cpcourse bench gpu $(if $(DRY),--dry-run --out artifacts/gpu-dry.json,) --force
 
 exercises: setup
 	$(PY) tools/make_exercises.py

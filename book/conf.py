@@ -13,8 +13,8 @@ on the mystmd Node engine, which the course's CPU-only, offline CI cannot instal
 Everything is read from the repository root (`sphinx-build -c book . _build/html`): the landing
 page is `book/index.md` (the README's introduction and the course map), then `notebooks/*.md`
 in course order, the reference pages (`book/*.md`: course map, commands, GPUs, troubleshooting,
-layout; the README links to them), then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of notebook stems) builds a
-subset, as the browser test does.
+layout; the README links to them), then `AUTHORING.md`. `BOOK_NOTEBOOKS` (a comma list of
+notebook stems) builds a subset, as the browser test does.
 """
 
 from __future__ import annotations
@@ -24,9 +24,15 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-SUBSET = [s for s in os.environ.get("BOOK_NOTEBOOKS", "").split(",") if s]
-NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.md")
-                   if not SUBSET or p.stem in SUBSET)
+SUBSET = [s.strip() for s in os.environ.get("BOOK_NOTEBOOKS", "").split(",") if s.strip()]
+ALL_NOTEBOOKS = sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]*_*.md"))
+# a typo would build a book with no notebooks and exit 0: refuse it, naming the stems
+_UNKNOWN = [s for s in SUBSET if s not in ALL_NOTEBOOKS]
+if _UNKNOWN:  # printed first: sphinx replaces a conf.py exit's own message with its own
+    print(f"BOOK_NOTEBOOKS: no notebook is named {', '.join(_UNKNOWN)}; the stems are "
+          f"{', '.join(ALL_NOTEBOOKS)}", file=sys.stderr)
+    raise SystemExit(2)
+NOTEBOOKS = [n for n in ALL_NOTEBOOKS if not SUBSET or n in SUBSET]
 
 project = "cpcourse: context parallelism for video diffusion transformers"
 author = "the cpcourse authors"

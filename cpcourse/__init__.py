@@ -9,8 +9,26 @@ and never touches CUDA or torch.distributed.
 from __future__ import annotations
 
 import importlib
+import os
 
 __version__ = "0.1.0"
+
+
+def _inductor_cache() -> None:
+    """Importing diffusers makes torch's compile cache, by default `$TMPDIR/torchinductor_USER`,
+    left behind after every run: point it, once and on purpose, into the user's cache directory
+    ($XDG_CACHE_HOME or ~/.cache, as pip and torch's own hub do), unless the user chose one or
+    that directory cannot be written."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    near = base
+    while not os.path.exists(near) and os.path.dirname(near) != near:
+        near = os.path.dirname(near)
+    if os.path.isdir(near) and os.access(near, os.W_OK | os.X_OK):
+        os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR",
+                              os.path.join(base, "cpcourse", "torchinductor"))
+
+
+_inductor_cache()
 
 _LAZY = {"check": ("cpcourse.course", "check"), "launch": ("cpcourse.launch", "launch"),
          "exercise": ("cpcourse.course", "exercise"),

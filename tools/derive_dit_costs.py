@@ -1,6 +1,6 @@
 """Derive what one forward of a real video DiT computes and moves, from diffusers' own classes.
 
-    .venv/bin/python tools/derive_dit_costs.py    # rewrites cpcourse/data/dit_derived_costs.json
+    .venv/bin/python tools/derive_dit_costs.py --write  # rewrites the data file (else compares)
 
 Each preset's transformer is built at its released size on the meta device (no memory, no
 arithmetic) and run at two frame counts under two counters: torch's FlopCounterMode for the
@@ -117,18 +117,24 @@ def derive(model_id: str, arch: str) -> dict:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
+    from cpcourse.support.out_files import data_file_main
+
+    return data_file_main(argv, "tools/derive_dit_costs.py", str(OUT), _text)
+
+
+def _text() -> str:
     import diffusers
 
     data = {"about": __doc__.split("\n\n")[1].strip().replace("\n", " ") + " Sequence tokens N "
             "are video plus joined text (HunyuanVideo, CogVideoX); Wan's text enters by "
             "cross-attention and is in the fixed part.", "diffusers": diffusers.__version__,
             "models": {mid: derive(mid, arch) for mid, arch in PRESETS.items()}}
-    OUT.write_text(json.dumps(data, indent=1) + "\n")
     for mid, d in data["models"].items():
         print(f"{mid:18s} {d['matmul_flops_per_token'] / 2e9:6.2f} B params a token meets, "
               f"{d['elementwise_bytes_per_token'] / 1e3:7.1f} kB element-wise per token")
+    return json.dumps(data, indent=1) + "\n"
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

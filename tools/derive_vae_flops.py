@@ -1,6 +1,6 @@
 """Derive the VAE decode FLOPs the planner charges, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_flops.py        # rewrites cpcourse/data/vae_decode_flops.json
+    .venv/bin/python tools/derive_vae_flops.py --write  # rewrites the data file (else compares)
 
 Each video VAE is built with its diffusers default config on the meta device (no weights, no
 memory) and one decode is counted with torch's FlopCounterMode at two latent lengths. Decoding is
@@ -51,16 +51,22 @@ def derive(family: str) -> dict:
                        "config"}
 
 
-def write_families(out: Path, about: str, derive_one, families) -> None:
-    """Write {about, families: {name: derive_one(name)}} as the planner's data file `out`."""
-    data = {"about": about, "families": {f: derive_one(f) for f in families}}
-    out.write_text(json.dumps(data, indent=1) + "\n")
-    print(f"wrote {out}")
+def write_families(out: Path, about: str, derive_one, families, argv=None,
+                   tool: str = "tools/derive_vae_flops.py") -> int:
+    """The tool's command line (`cpcourse.support.out_files.data_file_main`): derive {about,
+    families: {name: derive_one(name)}}, the planner's data file `out`, written with --write."""
+    from cpcourse.support.out_files import data_file_main
+
+    def text() -> str:
+        data = {"about": about, "families": {f: derive_one(f) for f in families}}
+        return json.dumps(data, indent=1) + "\n"
+
+    return data_file_main(argv, tool, str(out), text)
 
 
-def main() -> None:
-    write_families(OUT, __doc__.split("\n")[0], derive, FAMILIES)
+def main(argv: list[str] | None = None) -> int:
+    return write_families(OUT, __doc__.split("\n")[0], derive, FAMILIES, argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -1,6 +1,6 @@
 """Derive what a parallel VAE decode sends between ranks, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_halo.py    # rewrites cpcourse/data/vae_decode_halo.json
+    .venv/bin/python tools/derive_vae_halo.py --write  # rewrites the data file (else compares)
 
 The released VAE (default config) decodes on the meta device under the library's own height
 split (`cpcourse.models.vae.halo.patched`), with a split that records instead of sending: every
@@ -102,11 +102,12 @@ def derive(family: str) -> dict:
                        "config, untiled)"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     from derive_vae_flops import write_families  # a sibling in tools/
 
-    write_families(OUT, __doc__.split("\n")[0], derive, FAMILIES)
+    return write_families(OUT, __doc__.split("\n")[0], derive, FAMILIES,
+                          argv, "tools/derive_vae_halo.py")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

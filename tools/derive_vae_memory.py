@@ -1,6 +1,6 @@
 """Derive what a VAE decode holds on the GPU at its peak, from diffusers' own VAE classes.
 
-    .venv/bin/python tools/derive_vae_memory.py    # rewrites cpcourse/data/vae_decode_memory.json
+    .venv/bin/python tools/derive_vae_memory.py --write  # rewrites the data file (else compares)
 
 A decode is run on the meta device (no memory, no arithmetic) under a dispatch mode that adds up
 the bytes of every tensor storage an op creates and subtracts them when the last tensor using
@@ -118,11 +118,12 @@ def derive(family: str) -> dict:
                        "default config"}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     from derive_vae_flops import write_families  # a sibling in tools/
 
-    write_families(OUT, __doc__.split("\n")[0], derive, RELEASED)
+    return write_families(OUT, __doc__.split("\n")[0], derive, RELEASED,
+                          argv, "tools/derive_vae_memory.py")
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

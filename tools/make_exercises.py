@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="course folder (default: this repo)")
     args = parser.parse_args(argv)
     root = (args.root or course_root()).resolve()
-    (root / "exercises").mkdir(exist_ok=True)
+    if not (root / "solutions").is_dir():  # a typo in --root: one line, nothing made there
+        parser.error(f"--root {root}: no solutions/ folder there: give the course folder")
+    if not args.check:
+        (root / "exercises").mkdir(exist_ok=True)
     try:
         todo = plan(root)
     except InputError as exc:

@@ -170,6 +170,12 @@ def main(argv=None) -> int:
         args.notebooks.append(_tiny_notebook())
     if not args.notebooks:
         ap.error("no notebook: name some, or --tiny")
+    missing = [str(p) for p in args.notebooks if not p.is_file()]
+    if missing:
+        ap.error(f"no such notebook: {', '.join(missing)}")
+    if args.log and (args.log.is_dir() or not args.log.parent.is_dir()
+                     or (args.log.exists() and not args.log.is_file())):
+        ap.error(f"--log {args.log}: give a file (appended to) in a folder that exists")
     base = {"stock": NotebookClient, "nomimic": NoMimicClient}.get(args.client) or \
         _runner_client(args.runner_file)
     cls = _traced(base, args.stall_s)

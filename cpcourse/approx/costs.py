@@ -20,14 +20,25 @@ path); pipefusion and asyncdiff send hidden states once per step instead of K/V 
 
 from __future__ import annotations
 
+from cpcourse.support.errors import positive_int, require
 from cpcourse.tinydit.model import DiTConfig
+
+COSTED = ("exact", "naive", "displaced", "pipefusion", "asyncdiff")
 
 
 def bytes_per_step(method: str, cfg: DiTConfig, shape, world: int, rank: int, step: int,
                    warmup: int = 0, elem_bytes: int = 4) -> int:
     """What rank `rank` of `world` sends at step `step` (0-based) of `method` ("exact", "naive",
     "displaced", "pipefusion", "asyncdiff"), for latents `shape` [B, C, T, Hl, Wl]."""
-    b, c, t, hl, wl = shape
+    require(method in COSTED, f"method must be exact, naive, displaced, pipefusion or "
+            f"asyncdiff, got {method!r}")
+    world = positive_int("world", world)
+    require(isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < world,
+            f"rank must be in [0, {world}), got {rank!r}")
+    step = positive_int("step", step, allow_zero=True)
+    warmup = positive_int("warmup", warmup, allow_zero=True)
+    require(len(shape) == 5, f"shape must be latents [B, C, T, Hl, Wl], got {tuple(shape)}")
+    b, c, t, hl, wl = (positive_int("shape", n) for n in shape)
     tokens = t * (hl // cfg.patch) * (wl // cfg.patch)
     batch = 2 * b  # conditional and unconditional passes in one batch
     layers = cfg.depth  # one temporal or full attention per block talks to other ranks
@@ -50,4 +61,6 @@ def bytes_per_step(method: str, cfg: DiTConfig, shape, world: int, rank: int, st
 
 def cache_bytes_per_step(world: int, step: int) -> int:
     """The first-block cache's all-reduce of (change, size) as doubles: none at step 0."""
+    world = positive_int("world", world)
+    step = positive_int("step", step, allow_zero=True)
     return 0 if step == 0 or world == 1 else 2 * (world - 1) * 16 // world

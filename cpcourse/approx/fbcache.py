@@ -20,6 +20,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from cpcourse.support.errors import finite_float, require
+
 DECISIONS = ("global", "local")
 
 
@@ -30,6 +32,9 @@ class FirstBlockCache(nn.Module):
 
     def __init__(self, model, group, threshold: float, decide: str = "global"):
         super().__init__()
+        threshold = finite_float("threshold", threshold)
+        require(threshold >= 0, f"threshold {threshold}: a relative change, at least 0")
+        require(decide in DECISIONS, f"decide must be global or local, got {decide!r}")
         self.model, self.cfg, self.group = model, model.cfg, group
         self.threshold, self.decide = threshold, decide
         self.prev = self.residual = None

@@ -70,6 +70,10 @@ def main(argv: list[str]) -> int:
     warmups = _numbers("--warmups", args.warmups, int)
     thresholds = _numbers("--thresholds", args.thresholds, float)
     knobs = dict(prompt=PROMPTS[0], steps=positive_int("--steps", args.steps))
+    for w in warmups:  # a row's label must be the warm-up it ran
+        require(w <= knobs["steps"], f"--warmups {w} is past the run's {knobs['steps']} steps "
+                f"(at {knobs['steps']} every step is already exact): use at most "
+                f"{knobs['steps']}")
     split = dict(knobs, split=args.split)
     plan = [("exact", 0, check_approx(args.nproc, approx="exact", **split))]
     plan += [(m, w, check_approx(args.nproc, approx=m, warmup=w,

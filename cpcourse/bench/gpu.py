@@ -36,9 +36,10 @@ import torch
 
 from cpcourse.bench import gpu_kernels, gpu_models
 from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
-from cpcourse.support.out_files import check_writable, replacing
+from cpcourse.support.out_files import check_output, write_text
 
 PARTS = ("tests", "kernels", "models")
+DEFAULT_DIR = "artifacts"  # --out's default folder, made when missing (ignored by git)
 _GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
             "H800": "h800", "H20": "h20", "L40S": "l40s", "L20": "l20", "4090": "rtx4090"}
 
@@ -47,7 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="cpcourse bench gpu", description=__doc__.split("\n")[0])
     p.add_argument("--json", action="store_true", help="print the results as one JSON object")
     p.add_argument("--dry-run", action="store_true", help="the same code on the CPU, tiny sizes")
-    p.add_argument("--out", default="artifacts/gpu.json", help="the results file to write")
+    p.add_argument("--out", default=f"{DEFAULT_DIR}/gpu.json", help="the results file to write")
+    p.add_argument("--force", action="store_true", help="--out may replace an existing file")
     p.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
     p.add_argument("--budget", default="420", help="seconds; a part that would start past it "
                    "is recorded as skipped")
@@ -68,12 +70,27 @@ def _args(argv) -> argparse.Namespace:
     if not a.dry_run and not torch.cuda.is_available():
         raise InputError("no CUDA GPU here: run this on a GPU machine, or add --dry-run to run "
                          "the same code on the CPU at tiny sizes")
-    try:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"--out {a.out}: cannot make its folder ({exc.strerror})") from None
-    check_writable("--out", a.out)  # fail before minutes of work, not after
+    _check_out(a.out, a.force)  # fail before minutes of work, not after
     return a
+
+
+def _check_out(out: str, force: bool) -> None:
+    """--out checked (`support.out_files.check_output`). Only the default folder, artifacts/,
+    is made when missing, and removed again when the path is refused: any other folder must
+    exist (a typo would otherwise leave folders behind)."""
+    made = None
+    if os.path.dirname(out) == DEFAULT_DIR and not os.path.lexists(DEFAULT_DIR):
+        try:
+            os.mkdir(DEFAULT_DIR)
+        except OSError as exc:
+            raise InputError(f"--out {out}: cannot make its folder ({exc.strerror})") from None
+        made = DEFAULT_DIR
+    try:
+        check_output(out, force, "--out")
+    except InputError:
+        if made:
+            os.rmdir(made)
+        raise
 
 
 def gpu_id(name: str) -> str | None:
@@ -282,8 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     res = collect(a, argv)
     out = Path(a.out)
-    with replacing(a.out, "--out") as tmp:
-        Path(tmp).write_text(json.dumps(res, indent=1) + "\n")
+    write_text(a.out, json.dumps(res, indent=1) + "\n", "--out")
     text = table(res)
     if a.json:
         print(text, file=sys.stderr)

@@ -202,6 +202,7 @@ def main(argv: list[str]) -> int:
             "head_dim": positive_int("--head-dim", args.head_dim),
             "repeats": 1 if args.quick else positive_int("--repeats", args.repeats),
             "methods": [m.strip() for m in args.methods.split(",") if m.strip()]}
+    require(spec["repeats"] <= 1000, f"--repeats {spec['repeats']}: use at most 1000")
     unknown = sorted(set(spec["methods"]) - set(METHODS))
     require(not unknown, f"--methods: unknown {', '.join(unknown)}; choose from "
             f"{', '.join(METHODS)}")

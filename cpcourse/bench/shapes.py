@@ -45,6 +45,7 @@ def _progress_line(done: int, total: int, prompt: str, rates: dict, seconds: flo
 
 def main(argv: list[str]) -> int:
     from cpcourse.tinydit.causal import shipped_causal_path
+    from cpcourse.tinydit.model import require_kind
     from cpcourse.tinydit.streaming import causal_chunk, evaluate_causal
     from cpcourse.tinydit.training import check_eval_seeds, evaluate, load_weights, shipped_path
 
@@ -69,6 +70,8 @@ def main(argv: list[str]) -> int:
 
     chunk = causal_chunk(path) if args.causal else None
     model, meta = load_weights(path)  # a missing or foreign file is refused here, before a line
+    if not args.causal:
+        require_kind(path, meta, causal=False)  # a causal file sampled whole would mislead
     runs = f"{seeds} seed{'s' * (seeds != 1)}, {steps} step{'s' * (steps != 1)}"
     print(f"bench shapes: {len(PROMPTS)} prompts x {runs}, {name} (a line per prompt; minutes "
           "on a laptop)", file=sys.stderr, flush=True)

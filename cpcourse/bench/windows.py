@@ -59,8 +59,9 @@ def _parse(argv: list[str]):
     args = p.parse_args(argv)
     window, stride = positive_int("--window", args.window), positive_int("--stride", args.stride)
     require(window <= 32 and stride <= window, "use --window <= 32 and --stride <= --window")
-    seeds = range(positive_int("--seeds", args.seeds))
-    require(len(seeds) <= 32, "--seeds: use at most 32")
+    n_seeds = positive_int("--seeds", args.seeds)
+    require(n_seeds <= 32, "--seeds: use at most 32")  # len(range(2**63)) overflows
+    seeds = range(n_seeds)
     steps = positive_int("--steps", args.steps)
     require(steps <= 100, "--steps: use at most 100")
     return args, window, stride, seeds, steps

@@ -13,6 +13,7 @@ sizes; `cpcourse.causal.attention_cp` runs it.
 from __future__ import annotations
 
 import heapq
+import math
 
 import torch
 
@@ -54,11 +55,36 @@ def chunk_sizes(chunk_of_token) -> list[int]:
 
 def chunk_work(sizes: list[int]) -> list[int]:
     """Score-matrix area of each query chunk under the block-causal mask: n_i * (n_0 + .. + n_i)."""
+    sizes = _sizes(sizes)
     seen, work = 0, []
     for n in sizes:
         seen += n
         work.append(n * seen)
     return work
+
+
+def _sizes(sizes) -> list[int]:
+    """`sizes` as a list of positive whole token counts, or an InputError."""
+    sizes = list(sizes)
+    require(len(sizes) > 0 and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                   for n in sizes),
+            f"sizes must be positive whole token counts, one per chunk, got {sizes}")
+    return sizes
+
+
+def _assignment(assignment, n_chunks: int | None = None) -> list[list[int]]:
+    """`assignment` checked: every rank holds at least one chunk, each chunk index whole, in
+    range (when `n_chunks` is given) and held by one rank only."""
+    assignment = [list(mine) for mine in assignment]
+    flat = [j for mine in assignment for j in mine]
+    require(len(assignment) > 0 and all(assignment), "assignment must give every rank at "
+            f"least one chunk (assign_chunks makes one), got {assignment}")
+    require(all(isinstance(j, int) and not isinstance(j, bool) and j >= 0 for j in flat)
+            and len(set(flat)) == len(flat), "assignment must hold each chunk index (a whole "
+            f"number >= 0) on one rank only, got {assignment}")
+    require(n_chunks is None or max(flat) < n_chunks, f"assignment names chunk {max(flat)}, "
+            f"but there are only {n_chunks} chunks")
+    return assignment
 
 
 def _segments(n_chunks: int, parts: int) -> list[list[int]]:
@@ -105,11 +131,18 @@ def assign_chunks(n_chunks: int, world: int, scheme: str,
 def rank_work(assignment: list[list[int]], sizes: list[int]) -> list[int]:
     """Score-matrix area each rank computes: the work of its query chunks."""
     work = chunk_work(sizes)
+    assignment = _assignment(assignment, len(work))
     return [sum(work[i] for i in mine) for mine in assignment]
 
 
 def imbalance(per_rank: list[int]) -> float:
     """max / mean: the slowest rank's time over the time a perfect split would take."""
+    per_rank = list(per_rank)
+    require(len(per_rank) > 0 and all(isinstance(w, int | float) and not isinstance(w, bool)
+                                      and 0 <= w < math.inf for w in per_rank)
+            and 0 < sum(per_rank) < math.inf,
+            f"per_rank must be the work of each rank (finite numbers >= 0, not all 0), got "
+            f"{per_rank}")
     return max(per_rank) * len(per_rank) / sum(per_rank)
 
 
@@ -117,7 +150,8 @@ def ring_traffic(assignment: list[list[int]], sizes: list[int]) -> list[dict]:
     """K/V tokens each rank receives in a ring that passes every block to every rank:
     {"useful": tokens of other ranks' chunks it attends to, "wasted": the rest}. A chunk j is
     useful to a rank iff j <= its last chunk. Multiply by 2 * B * H * D * element size for bytes."""
-    sizes = list(sizes)
+    sizes = _sizes(sizes)
+    assignment = _assignment(assignment, len(sizes))
     out = []
     for r, mine in enumerate(assignment):
         last = max(mine)
@@ -136,6 +170,10 @@ def wasted_fraction(traffic: list[dict]) -> float:
 def rank_tokens(chunk_of_token, assignment: list[list[int]], rank: int) -> torch.Tensor:
     """Positions (long `[L_r]`, ascending) of the tokens of `rank`'s chunks in the whole layout."""
     c = torch.as_tensor(chunk_of_token)
+    n_chunks = len(chunk_sizes(c))
+    assignment = _assignment(assignment, n_chunks)
+    require(isinstance(rank, int) and not isinstance(rank, bool) and 0 <= rank < len(assignment),
+            f"rank must be in [0, {len(assignment)}) (the ranks of the assignment), got {rank!r}")
     return torch.isin(c, torch.tensor(assignment[rank], dtype=c.dtype)).nonzero().flatten()
 
 

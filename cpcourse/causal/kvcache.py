@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from cpcourse.attention import accumulator_dtype, attention_with_lse, merge_attention
 from cpcourse.ring import ring_attention
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.groups import agree, forward_only, gather_uneven, require_group, tracked
 from cpcourse.ulysses import heads_to_seq, seq_to_heads
 
@@ -35,6 +35,7 @@ DESIGNS = ("ulysses", "pass-q", "pass-kv")
 def check_design(design: str, heads: int, world: int) -> None:
     """Raise an InputError unless `design` can run `heads` heads on `world` ranks."""
     require(design in DESIGNS, f"design must be one of {', '.join(DESIGNS)}, got {design!r}")
+    heads, world = positive_int("heads", heads), positive_int("world", world)
     if design == "ulysses" and heads % world:
         works = [p for p in range(1, heads + 1) if heads % p == 0]
         raise InputError(

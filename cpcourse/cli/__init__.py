@@ -118,12 +118,16 @@ def as_torchrun_rank(argv: list[str]):
 # divisible by 16"), or names it in backticks ("give `minutes` or `steps`") or with a value
 # ("use nproc=4 or fewer"). On the command line the same message names the flag that sets it.
 # A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
-PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_threshold", "cfg_batch",
-          "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus", "head_dim", "heads",
+PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_threshold",
+          "cfg_batch", "chunk", "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus",
+          "head_dim", "heads",
           "height", "hidden", "kernel", "label", "layers", "layout", "link", "link_efficiency",
-          "max_seconds", "method", "minutes", "nodes", "noise", "nproc", "out", "parallel",
-          "params_b", "patch", "patches", "prompt", "released", "sample_steps", "seconds", "seed",
-          "split", "steps", "stride", "text_tokens", "timeout", "tokens", "ulysses",
+          "max_seconds", "method", "minutes", "nodes", "noise", "nproc", "offload", "out",
+          "parallel",
+          "params_b", "patch", "patches", "prompt", "released", "sample_steps", "save",
+          "seconds", "seed",
+          "split", "steps", "stride", "text_encoder", "text_encoder_cpu", "text_tokens",
+          "timeout", "tokens", "ulysses",
           "vae_spatial", "vae_temporal", "warmup", "weights", "width", "window")
 OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
              "full_method": "--full", "temporal_method": "--temporal"}
@@ -134,11 +138,25 @@ _QUOTED = re.compile(rf"`({_NAMES})`")
 _VALUED = re.compile(rf"(?<![\w-])({_NAMES})=")
 
 
+# A stuck rank's quoted source line ("called at rope.py:34: ...dtype=torch.float64)") is code,
+# not a message: it runs to the next rank's part or the end, and is never rewritten.
+_SOURCE = re.compile(r"(called at [^\s:]+:\d+: )(.*?)(?=; rank \d+: |; finished: |\n|$)")
+
+
 def as_flags(message: str) -> str:
-    """A library message with each parameter it names replaced by its command-line flag."""
+    """A library message with each parameter it names replaced by its command-line flag (the
+    source lines a timeout quotes are left as they are)."""
+    quoted: list[str] = []
+
+    def hide(m: re.Match) -> str:
+        quoted.append(m.group(2))
+        return f"{m.group(1)}\0{len(quoted) - 1}\0"
+
+    message = _SOURCE.sub(hide, message)
     message = _LEADING.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
     message = _QUOTED.sub(lambda m: PARAM_FLAGS[m.group(1)], message)
-    return _VALUED.sub(lambda m: PARAM_FLAGS[m.group(1)] + " ", message)
+    message = _VALUED.sub(lambda m: PARAM_FLAGS[m.group(1)] + " ", message)
+    return re.sub(r"\0(\d+)\0", lambda m: quoted[int(m.group(1))], message)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,23 +22,31 @@ def load_compare(path: str) -> torch.Tensor:
         raise InputError(f"--compare-to {path}: not a file saved by `cpcourse generate --save` "
                          f"({type(exc).__name__})") from None
     require(isinstance(other, torch.Tensor), f"--compare-to {path} holds no tensor")
+    require(other.is_floating_point() and other.numel() > 0, f"--compare-to {path} holds a "
+            f"{other.dtype} tensor of shape {tuple(other.shape)}: not a saved clip or latents")
+    bad = int((~torch.isfinite(other)).sum())
+    require(bad == 0, f"--compare-to {path} holds {bad} values that are not finite (NaN or inf): "
+            "a difference from it would mean nothing; give a file an earlier run saved")
     return other
 
 
 def check_outputs(args) -> None:
     """--gif and --save (and its .json report) checked before the run: each file can be
-    created, and --gif is neither of the other two (one would overwrite the other after the
-    run). The mode table refused --gif with random weights already."""
-    from cpcourse.support.out_files import check_writable
+    created (`support.out_files.check_output`: an existing one needs --force), and --gif is
+    neither of the other two (one would overwrite the other after the run). The mode table
+    refused --gif with random weights already."""
+    from cpcourse.support.out_files import check_output
 
+    force = getattr(args, "force", False)
     gif = None
     if args.gif:
-        gif = os.path.realpath(check_writable("--gif", args.gif))
+        gif = os.path.realpath(check_output(args.gif, force, "--gif"))
     if args.save:
-        check_writable("--save", args.save)
+        check_output(args.save, force, "--save")
         report = args.save + ".json"
         require(not os.path.isdir(report), f"--save {args.save}: its report {report} is a "
                 "directory: give --save another name")
+        check_output(report, force, "--save's report")
         for what, path in (("--save", args.save), ("--save's report", report)):
             require(gif != os.path.realpath(path), f"--gif {args.gif} is also {what} "
                     f"{path}: one would overwrite the other; give them different names")

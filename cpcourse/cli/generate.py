@@ -59,6 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--save", default=None,
                    help="write the clip [T, 3, H, W] (random weights: the latents) here")
     p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
+    p.add_argument("--force", action="store_true",
+                   help="--save/--gif may replace an existing file (else refused)")
     p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
     p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
     p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
@@ -137,7 +139,7 @@ MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc
               "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
               "parallel": "windows", "approx": "trained", "warmup": "approx",
               "patches": "pipefusion", "split": "approximate", "cache": "trained",
-              "cache_threshold": "cache"}
+              "cache_threshold": "cache", "force": "writes"}
 MODE_FLAGS["comm_dtype"] = "comm"
 
 
@@ -171,6 +173,8 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
                             "--approx METHOD or --cache fbcache"),
             "pipefusion": (clips and args.approx == "pipefusion", "--approx pipefusion"),
             "cache": (clips and args.cache is not None, "--cache fbcache"),
+            "writes": (clips and (args.save is not None or args.gif is not None),
+                       "--save or --gif (a file it may replace)"),
             "comm": (plain_cp_exact(args, one_clip and not random), "one exact clip of the "
                      "trained model: no --weights random, --window, --causal, --layout, "
                      "--approx or --cache")}

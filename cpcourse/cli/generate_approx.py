@@ -56,4 +56,9 @@ def main_approx(parser, args) -> int:
         psnr = report["psnr_vs_exact"]
         print(f"  vs the exact clip: PSNR {'inf' if psnr is None else f'{psnr:.1f}'} dB, max "
               f"|difference| {report['max_abs_diff_vs_exact']:.3g}")
+        if report["exact"]:
+            ok = "within" if report["within_tolerance"] else "OUTSIDE"
+            print(f"  exact CP: {ok} the tolerance {report['tolerance']:.2g}")
+        else:
+            print(f"  no tolerance: {report['no_tolerance_because']}")
     return 0

@@ -15,16 +15,19 @@ from cpcourse.support.errors import positive_float, require
 
 def main_causal(args) -> int:
     from cpcourse.runs.stream import check_stream, run_stream
+    from cpcourse.tinydit.training import SAMPLE_STEPS
 
     require(args.weights != "random", "--causal streams trained weights: --weights shipped or "
             "a file from `cpcourse train --causal` (the random DiT is not causal)")
     check_outputs(args)
-    timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
-                             high=3600)
     args.nproc = 2 if args.nproc is None else args.nproc
     run = dict(prompt=args.prompt, weights=args.weights, kv_cache=args.kv_cache or "pass-q",
                chunk=args.chunk, steps=args.steps, cfg_scale=args.cfg, dtype=args.dtype)
-    check_stream(args.nproc, args.seed, **run)   # every refusal before a process starts
+    request = check_stream(args.nproc, args.seed, **run)  # every refusal before a process starts
+    # 120 s holds the default steps on 2 loaded cores; more steps take longer, not a deadlock
+    default = min(3600.0, 120.0 * max(1.0, request.steps / SAMPLE_STEPS))
+    timeout = positive_float("--timeout", default if args.timeout is None else args.timeout,
+                             high=3600)
     with running(args.nproc, f"{args.prompt} streamed chunk by chunk, KV cache {run['kv_cache']}"):
         res = run_stream(args.nproc, args.seed, compare=args.compare, timeout=timeout,
                          stream=rank_lines if args.json else True, **run)

@@ -31,6 +31,7 @@ def build_parser():
 
     p = ArgumentParser(prog="cpcourse train", description=__doc__.split("\n")[0])
     p.add_argument("--out", default=None, help="the weights file to write (.safetensors)")
+    p.add_argument("--force", action="store_true", help="--out may replace an existing file")
     p.add_argument("--minutes", type=float, default=None,
                    help="train for this long (at least one step)")
     p.add_argument("--steps", type=int, default=None, help="or for this many steps")
@@ -57,7 +58,8 @@ def build_parser():
     return p
 
 
-MODE_FLAGS = {"out": "one_process", "minutes": "one_process", "steps": ALWAYS, "seed": ALWAYS,
+MODE_FLAGS = {"out": "one_process", "force": "one_process", "minutes": "one_process",
+              "steps": ALWAYS, "seed": ALWAYS,
               "threads": "one_process", "eval_seeds": "one_process", "causal": "one_process",
               "init": "causal", "json": ALWAYS, "nproc": ALWAYS, "cp": "cp", "dp": "cp",
               "compare": "cp", "checkpoint": "cp"}
@@ -127,7 +129,7 @@ def _main_cp(args) -> int:
 def _check(args) -> tuple[str, int, str | None]:
     """Every flag checked before training starts, so a mistake costs no minutes and leaves no
     weights file: (the absolute --out, the number of --eval-seeds, 0 for none, the --init)."""
-    from cpcourse.support.out_files import check_writable
+    from cpcourse.support.out_files import check_output
     from cpcourse.tinydit.training import check_eval_seeds, weights_config
 
     require(args.out is not None, "give --out FILE (the weights to write), or --nproc P to "
@@ -148,8 +150,9 @@ def _check(args) -> tuple[str, int, str | None]:
     if args.causal:
         init = init or "shipped"
         if init not in ("shipped", "scratch"):
-            init = weights_config(init)[0]   # read now: a foreign file is one line, no training
+            # read now: a foreign file is one line, no training; either kind may be fine-tuned
+            init = weights_config(init, causal=None)[0]
     else:
         require(init is None, "--init is for --causal (the bidirectional model trains from "
                 "the DiT init)")
-    return check_writable("--out", args.out), eval_seeds, init
+    return check_output(args.out, args.force, "--out"), eval_seeds, init

@@ -120,14 +120,21 @@ def once_keys(once: dict, phase_parts: dict, pipeline: dict, gpus: int, total: f
     """A plan's keys for the decode and the text encoder, from `fixed_seconds`' answer `once`
     and `cpcourse.planner.pipeline_memory.phases`' (`pipeline`, its `phase_parts`): where each
     ran, seconds and bytes per GPU, the serial seconds (Amdahl's s) and the GPU-seconds a video
-    of `total` seconds costs on `gpus` GPUs (an own-GPU encoder's included)."""
+    of `total` seconds costs on `gpus` GPUs (an own-GPU encoder's included). A part with no
+    size recorded (`pipeline["counted"]`) has null bytes and seconds: not counted."""
     split, te = once["parallel_vae"], once["text_encoder_cost"]
     enc = {**te, "bytes_per_gpu": phase_parts["encode"].get("text_encoder", 0),
            "bytes_through_denoise": phase_parts["denoise"].get("text_encoder", 0),
            "weights_bytes": pipeline["text_encoder_weights"]}
-    return {"vae_decode_seconds": once["seconds"]["vae_decode"], "vae_parallel": bool(split),
+    counted = pipeline["counted"]
+    if not counted["text_encoder"]:  # no size recorded: null, never a 0 that reads as a fact
+        enc.update({k: None for k in ("bytes_per_gpu", "bytes_through_denoise", "weights_bytes",
+                                      "seconds", "encode_seconds", "reload_seconds")})
+    return {"vae_decode_seconds": once["seconds"]["vae_decode"] if once["vae_flops"] is not None
+            else None, "vae_parallel": bool(split),
             "vae_halo_bytes": split["halo_bytes"] if split else 0,
-            "vae_decode_working_bytes": pipeline["vae_decode"], "vae_decode": split,
+            "vae_decode_working_bytes": pipeline["vae_decode"] if counted["vae_decode"] else None,
+            "vae_decode": split,
             "text_encoder": enc, "serial_seconds": once["serial_seconds"],
             "gpu_seconds": (gpus + te["extra_gpus"]) * total}
 

@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_efficiency
 from cpcourse.planner.parallel_vae import check_splittable
-from cpcourse.planner.pipeline_memory import RESIDENT, Residency
+from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import MAX_WORLD, Layout, layouts
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
+NOT_COUNTED = "not counted (no size recorded)"  # never printed as 0.0 GB or 0 s
 
 
 def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
@@ -134,9 +135,13 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     (`cpcourse.planner.pipeline_memory`); `parallel_vae` splits the decode over the GPUs
     (`cpcourse.planner.parallel_vae`)."""
     m = get_model(model_id)
+    for name, flag in (("fsdp", fsdp), ("released", released), ("offload", offload),
+                       ("text_encoder_cpu", text_encoder_cpu), ("parallel_vae", parallel_vae)):
+        require(isinstance(flag, bool), f"{name} must be True or False, got {flag!r}")
     require(not released or m.released_dtypes is not None, f"released: no released dtypes "
             f"are recorded for {m.id}, so the plan would be the bf16 one: drop released")
     tok = model_tokens(model_id, height, width, frames)
+    _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder)
     gpus, nodes, steps = _checked_counts(gpus, nodes, steps)
     g = get_gpu(gpu)
     kernel = _checked_kernel(g, kernel)
@@ -178,6 +183,25 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                 invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
                          if not c["valid"]],
                 alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
+
+
+def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder) -> None:
+    """A pipeline flag that cannot change this model's plan is refused, saying why: released
+    dtypes that are the default bf16, a text-encoder place for a model with no encoder size,
+    offloading where neither the encoder nor the decode's working set is counted."""
+    if released and m.released_dtypes[0] == (BF16, BF16, BF16):
+        raise InputError(f"released: {m.id}'s released code runs in bf16 throughout "
+                         f"({m.released_dtypes[1]}), which is the default: released changes "
+                         "nothing; drop it")
+    if m.text_encoder:
+        return
+    moved = text_encoder_cpu or text_encoder not in (None, "resident")
+    require(not moved, f"text_encoder: {m.id} has no text-encoder size in the facts, so the "
+            "planner counts no encoder and where it lives has no effect: leave `text_encoder` "
+            "and `text_encoder_cpu` out")
+    require(not offload or decode_working_bytes(m, tok, BF16) is not None, f"offload: {m.id} "
+            "has no text-encoder size and no decode working set in the facts, so the decode "
+            "never outgrows the denoise and offloading has no effect: drop offload")
 
 
 def _checked_counts(gpus, nodes, steps) -> tuple[int, int, int]:
@@ -245,10 +269,19 @@ def _once_lines(c: dict) -> list[str]:
     where = {"resident": "resident on every GPU through denoise and decode",
              "freed": "freed after encoding (reloaded for every video)",
              "cpu": "on the CPU", "own-gpu": "on a GPU of its own (+1 GPU)"}[te["place"]]
-    lines = [f"Text encoder {where}: {te['bytes_per_gpu'] / 1e9:.1f} GB per GPU while encoding, "
-             f"{te['bytes_through_denoise'] / 1e9:.1f} GB through the denoise; "
-             f"{te['seconds']:.3g} s per video ({te['source']})."]
-    if split:
+    if te["bytes_per_gpu"] is None:
+        lines = [f"Text encoder: {NOT_COUNTED}."]
+    else:
+        lines = [f"Text encoder {where}: {te['bytes_per_gpu'] / 1e9:.1f} GB per GPU while "
+                 f"encoding, {te['bytes_through_denoise'] / 1e9:.1f} GB through the denoise; "
+                 f"{te['seconds']:.3g} s per video ({te['source']})."]
+    if c["vae_decode_seconds"] is None or c["vae_decode_working_bytes"] is None:
+        secs, work = c["vae_decode_seconds"], c["vae_decode_working_bytes"]
+        lines.append("VAE decode: " + ("time " + (NOT_COUNTED if secs is None else
+                                                  f"{secs:.3g} s") + ", working set "
+                                       + (NOT_COUNTED if work is None else f"{work / 1e9:.1f} GB"))
+                     + ".")
+    elif split:
         lines.append(f"VAE decode split over {split['ranks']} GPUs: {c['vae_decode_seconds']:.3g}"
                      f" s ({split['compute_seconds']:.3g} s of decode, {split['link_seconds']:.3g}"
                      f" s on {split['link']} for {split['halo_bytes'] / 1e9:.2f} GB of halo "

@@ -48,6 +48,8 @@ def rates(gpus: int, group_gpus: int, seconds_per_video: float) -> dict:
 def group_sizes(gpus: int, nodes: int) -> list[int]:
     """Replica sizes g of `gpus` GPUs over `nodes` nodes: g divides the GPUs and either packs
     into one node or spans whole nodes (a replica never straddles a node boundary)."""
+    gpus, nodes = positive_int("gpus", gpus), positive_int("nodes", nodes)
+    require(gpus % nodes == 0, f"gpus {gpus} do not split evenly over nodes={nodes}")
     per_node = gpus // nodes
     return [g for g in divisors(gpus) if per_node % g == 0 or g % per_node == 0]
 
@@ -79,6 +81,8 @@ def throughput(model_id: str, height: int | None = None, width: int | None = Non
     require(kw.get("text_encoder") != "own-gpu", "text_encoder own-gpu: throughput splits the "
             "GPUs into replicas and counts no GPU outside them; use resident, freed or cpu")
     if max_seconds is not None:
+        require(isinstance(max_seconds, int | float) and not isinstance(max_seconds, bool),
+                f"max_seconds must be a number of seconds, got {max_seconds!r}")
         max_seconds = positive_float("max_seconds", max_seconds)
     probe = plan(model_id, height, width, frames, gpus, gpu, nodes, **kw)  # checks every input
     size, per_node = (height, width, frames), gpus // nodes
@@ -101,6 +105,11 @@ def throughput(model_id: str, height: int | None = None, width: int | None = Non
                "group_gpus", "replicas", "layout", "seconds_per_video", "videos_per_hour",
                "videos_per_gpu_hour", "gpu_seconds_per_video", "fits", "per_gpu_bytes",
                "meets_target")},
+           # how the pipeline was assumed to run, as the latency answer says it
+           "fsdp": probe.fsdp, "released": probe.released,
+           "offload": probe.best["breakdown"]["residency"]["offload"],
+           "text_encoder": {"place": probe.best["text_encoder"]["place"]},
+           "vae_parallel": probe.best["vae_parallel"],
            "cp": cp, "advantage_over_cp": best["videos_per_hour"] / cp["videos_per_hour"]
            if cp["valid"] else None, "options": options}
     out["cp_because"] = _cp_because(out, options, max_seconds)

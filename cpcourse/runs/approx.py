@@ -64,6 +64,9 @@ def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=
     require(parts[0] % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does not "
             f"divide the {parts[0]} {parts[1]}: the patch methods all-gather equal shards")
     warmup = positive_int("warmup", warmup, allow_zero=True)
+    require(warmup <= run.steps, f"warmup {warmup} is past the run's {run.steps} steps: at "
+            f"warmup {run.steps} every step is already synchronous (exact); use at most "
+            f"{run.steps}")
     if approx in WHOLE_VIDEO:
         require(run.nproc <= run.cfg.depth, f"nproc {run.nproc}: {approx} gives each rank at "
                 f"least one of the model's {run.cfg.depth} blocks; use at most {run.cfg.depth}")
@@ -124,8 +127,30 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
               "first_block_change": per[0]["changes"] if request.cache else None}
     report.update(tracked_report(run.prompt, clip))
     if compare:
-        report.update(against(clip, to_clip(single_process_sample(run.rank_spec()))))
+        exact_clip = to_clip(single_process_sample(run.rank_spec()))
+        report.update(against(clip, exact_clip))
+        report.update(exactness(request, report, exact_clip))
     return clip, report
+
+
+def exactness(request: ApproxRequest, report: dict, exact_clip) -> dict:
+    """`exact`, `tolerance`, `within_tolerance` and `no_tolerance_because`. A run that took
+    every step synchronously (warm-up covering the run, or exact CP) and skipped none is exact
+    CP: the one tolerance rule applies to it. Any other run is approximate by design: its
+    measures are psnr_vs_exact and max_abs_diff_vs_exact, and no tolerance applies."""
+    from cpcourse.support.tolerance import verdict
+
+    synchronous = request.approx == "exact" or request.warmup >= request.run.steps
+    if synchronous and report["steps_skipped"] == 0:
+        v = verdict(report["max_abs_diff_vs_exact"], float(exact_clip.abs().max()), "exact_cp",
+                    "float32", request.run.cfg_scale)
+        return {"exact": True, "tolerance": v["tolerance"],
+                "within_tolerance": v["within_tolerance"], "no_tolerance_because": None}
+    why = (f"{report['steps_skipped']} steps skipped by the cache" if report["steps_skipped"]
+           else f"{request.approx} uses stale or missing remote activations after warm-up "
+           f"{request.warmup} of {request.run.steps} steps")
+    return {"exact": False, "tolerance": None, "within_tolerance": None,
+            "no_tolerance_because": f"approximate by design ({why}): judge it by psnr_vs_exact"}
 
 
 def run_approx(nproc: int, seed: int = 0, *, compare: bool = False, timeout: float = 120.0,

@@ -61,6 +61,9 @@ def check_stream(nproc: int, seed: int = 0, *, prompt: str | None = None,
     require(FRAMES % chunk == 0, f"chunk {chunk} must divide the clip's {FRAMES} frames "
             f"(use {', '.join(str(c) for c in range(1, FRAMES + 1) if FRAMES % c == 0)}; the "
             f"model was trained with {trained_chunk})")
+    require(chunk == trained_chunk, f"chunk {chunk}: this model was trained with chunk "
+            f"{trained_chunk}, and another chunk streams it in a way it never learned: leave "
+            f"`chunk` out or use {trained_chunk}")
     require(kv_cache in DESIGNS, f"kv_cache must be one of {', '.join(DESIGNS)}, got "
             f"{kv_cache!r}")
     check_design(kv_cache, cfg.heads, nproc)

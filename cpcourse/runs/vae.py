@@ -33,6 +33,7 @@ from cpcourse.models.vae import (
     split_rows,
 )
 from cpcourse.support.errors import require
+from cpcourse.support.out_files import check_output, write_output
 from cpcourse.support.peak_memory import peak_memory, require_fits
 from cpcourse.support.request import check_common, flag
 from cpcourse.support.tolerance import tolerance
@@ -53,6 +54,7 @@ class VaeRequest:
     dtype: str = flag("float32", "the VAE's dtype", choices=DTYPES)
     seed: int = flag(0, "weights and latents seed")
     save: str | None = flag(None, "write the decoded video here (torch.save)")
+    force: bool = flag(False, "--save may replace an existing file", acts="save")
     tiled: bool = flag(False, "also diffusers' tiled decode: its error at the seams and inside")
     compare: bool = flag(False, "also decode in this process: max_abs_err, peak_bytes_single")
     timeout: float = flag(300.0, "seconds the ranks may run")
@@ -71,6 +73,13 @@ class VaeRequest:
         require(self.nproc <= latent[1], f"nproc {self.nproc} is more ranks than the {latent[1]} "
                 f"latent rows of height {self.height}: use nproc={latent[1]} or fewer, or "
                 f"height={8 * self.nproc} or more")
+        if self.save is not None:  # before the decode: a bad path costs no minutes
+            check_output(self.save, self.force, "save")
+
+    @staticmethod
+    def conditions(values: dict) -> dict[str, tuple[bool, str]]:
+        """`force` acts only on a `save` file."""
+        return {"save": (values["save"] is not None, "--save FILE (a file it may replace)")}
 
     @property
     def latent(self) -> tuple[int, int, int]:
@@ -176,7 +185,7 @@ def run(req: VaeRequest, stream=False) -> dict:
     if req.compare or req.tiled:
         report.update(compare_with_one_process(req, out, results[0]["naive"], report))
     if req.save:
-        torch.save(out, req.save)
+        write_output(req.save, lambda tmp: torch.save(out, tmp), "save")
         report["saved"] = req.save
     return report
 

@@ -1,20 +1,28 @@
-"""Files a command writes: refused before any work when they cannot be written, and written
-through a temporary file renamed into place, so a failure leaves no half-written file.
+"""Files a command writes, all through this one module: each output is checked before any work
+(and before any process starts), and written to a temporary file beside it that is renamed into
+place, so a failure leaves no half-written file and nothing but a regular file is ever replaced.
 
     cpcourse train --out /proc/x.safetensors --steps 1   # exit 2 at once, nothing trained
 
-`check_writable(flag, path)` creates a file beside `path` and removes it. Permission bits
-(`os.access`) say yes to root in /proc, on a read-only mount or a full disk; only a real
-create tells. `replacing(path, name)` yields a temporary path beside `path` and renames it onto
-`path` when the block ends; whatever goes wrong while writing (an OSError, safetensors' own
-error, torch.save's RuntimeError) becomes one InputError line naming the flag.
+`check_output(path, force, flag)` refuses, in one InputError line naming `flag`: an empty path;
+a folder (a trailing slash included); a symbolic link, a device or any other special file (a
+rename would replace the link or the machine's /dev node with a regular file); a folder that
+does not exist or where nothing can be created (it creates a file there and removes it:
+permission bits say yes to root in /proc or on a read-only mount); an existing regular file
+unless `force` (the line names `--force`). Nothing is created when it refuses.
+`write_output(path, write, flag)` calls `write(tmp)` with a temporary path beside `path` and
+renames it onto `path`; `replacing(path, flag)` is the same as a `with` block. Whatever goes wrong
+while writing (an OSError, safetensors' own error, torch.save's RuntimeError) becomes one
+InputError line naming the flag.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import tempfile
+from collections.abc import Callable
 
 from cpcourse.support.errors import InputError, require
 
@@ -26,37 +34,125 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0]}" if lines else type(exc).__name__
 
 
-def check_writable(flag: str, path: str) -> str:
-    """The absolute `path`, once a file could be created beside it; else an InputError that
-    names `flag`. Call it before the work whose result goes to `path`."""
+def _where(flag: str | None, path: str) -> str:
+    return f"{flag} {path}" if flag else path
+
+
+def _not_special(path: str, where: str) -> bool:
+    """True when a regular file is at `path`, False when nothing is; else an InputError (a link,
+    a folder, a device, a pipe or a socket is never replaced by a rename)."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return False
+    require(not stat.S_ISLNK(st.st_mode), f"{where} is a symbolic link: give the path of a "
+            "regular file (a write would replace the link, not write through it)")
+    require(not stat.S_ISDIR(st.st_mode), f"{where} is a directory: give a file name in it")
+    require(stat.S_ISREG(st.st_mode), f"{where} is a device or other special file, not a "
+            "regular file: give a file path")
+    return True
+
+
+def check_output(path: str, force: bool = False, flag: str | None = None) -> str:
+    """The absolute `path`, once it is safe to write (see the module docstring); else an
+    InputError naming `flag`. Call it before the work whose result goes to `path`."""
+    where = _where(flag, path)
+    require(isinstance(path, str) and path.strip() != "", f"{flag or 'path'} needs a file name")
+    require(not path.endswith(("/", os.sep)), f"{where} is a directory name (it ends in a "
+            "slash): give a file name")
     target = os.path.abspath(path)
     folder = os.path.dirname(target)
-    require(not os.path.isdir(target), f"{flag} {path} is a directory: give a file name in it")
-    require(os.path.isdir(folder), f"{flag} {path}: the folder {folder} does not exist")
+    exists = _not_special(target, where)
+    require(not exists or force, f"{where} already exists: add --force to replace it, or give "
+            "another name")
+    require(os.path.isdir(folder), f"{where}: the folder {folder} does not exist")
     try:
         fd, probe = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=folder)
     except OSError as exc:
-        raise InputError(f"{flag} {path}: cannot create a file in {folder} ({_reason(exc)}): "
+        raise InputError(f"{where}: cannot create a file in {folder} ({_reason(exc)}): "
                          "give a path in a folder you can write") from None
     os.close(fd)
     os.remove(probe)
     return target
 
 
+def check_writable(flag: str, path: str) -> str:
+    """`check_output(path, force=True, flag)`: for callers that replace a file on purpose."""
+    return check_output(path, force=True, flag=flag)
+
+
+def _mode(path: str, exists: bool) -> int:
+    if exists:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 @contextlib.contextmanager
 def replacing(path: str, name: str | None = None):
     """Yield a temporary path beside `path` to write; when the block ends, rename it onto
-    `path`. On any failure the temporary file is removed, `path` is left as it was, and the
+    `path`, which must be a regular file or nothing (checked again here, not only before the
+    work). On any failure the temporary file is removed, `path` is left as it was, and the
     InputError names `name` (the flag or parameter that gave `path`) when given."""
-    tmp = f"{path}.tmp-{os.getpid()}"
+    where = _where(name, path)
+    exists = _not_special(path, where)
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.",
+                                   dir=os.path.dirname(os.path.abspath(path)))
+        os.close(fd)
         yield tmp
+        os.chmod(tmp, _mode(path, exists))
         os.replace(tmp, path)
     except InputError:
         raise
     except Exception as exc:  # noqa: BLE001  every writer's failure reads the same to a user
-        where = f"{name} {path}" if name else path
         raise InputError(f"{where}: cannot write it ({_reason(exc)})") from None
     finally:
-        with contextlib.suppress(OSError):
-            os.remove(tmp)
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.remove(tmp)
+
+
+def write_output(path: str, write: Callable[[str], object], flag: str | None = None) -> str:
+    """Call `write(tmp)` to fill a temporary file beside `path`, then rename it onto `path`
+    (see `replacing`). Returns `path`. `check_output` passed it before the work."""
+    with replacing(path, flag) as tmp:
+        write(tmp)
+    return path
+
+
+def write_text(path: str, text: str, flag: str | None = None) -> str:
+    """`write_output` for a text (a JSON report, a data file)."""
+    def put(tmp: str) -> None:
+        with open(tmp, "w") as fh:
+            fh.write(text)
+    return write_output(path, put, flag)
+
+
+def data_file_main(argv: list[str] | None, prog: str, out: str, make_text) -> int:
+    """The command line of a tool that derives one of cpcourse's data files: unknown arguments
+    are refused (exit 2, one line); `make_text()` derives the file's text, written only with
+    `--write`; without it the tool says whether the file on disk is already that text (exit 0)
+    or not (exit 1), and writes nothing."""
+    import sys
+
+    from cpcourse.support.errors import ArgumentParser
+
+    parser = ArgumentParser(prog=prog, description=f"derive {os.path.basename(out)}")
+    parser.add_argument("--write", action="store_true",
+                        help=f"rewrite {out} (else only compare with it)")
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except InputError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    text = make_text()
+    if args.write:
+        write_text(out, text, "--write")
+        print(f"wrote {out}")
+        return 0
+    same = os.path.isfile(out) and open(out).read() == text
+    print(f"{out}: {'unchanged' if same else 'differs'} (add --write to rewrite it)")
+    return 0 if same else 1

@@ -54,13 +54,21 @@ def tolerance(method: str, dtype: str = "float32", guidance: float | None = None
     base * guidance_gain * max(1, scale), with `scale` = max |one-process output|: rounding is
     relative, so an output of 2.56 may differ by 2.56x what an output of 1 may.
     """
-    base = BASE[ALIASES.get(dtype, dtype)]["one_kernel" if method in ONE_KERNEL else "merge"]
+    name = ALIASES.get(dtype, dtype)
+    require(isinstance(name, str) and name in BASE, f"dtype {dtype!r} has no tolerance: use "
+            f"one of {', '.join(BASE)}")
+    require(isinstance(scale, (int, float)) and not isinstance(scale, bool)
+            and math.isfinite(scale) and scale >= 0, f"scale must be a finite number >= 0 (the "
+            f"largest |one-process output|), got {scale!r}: a reference that is not finite "
+            "cannot be compared against")
+    base = BASE[name]["one_kernel" if method in ONE_KERNEL else "merge"]
     return base * guidance_gain(guidance) * max(1.0, float(scale))
 
 
 def verdict(err: float, scale: float, method: str, dtype: str = "float32",
             guidance: float | None = None) -> dict:
-    """A `--compare` report's keys: the difference, the limit and whether it holds."""
+    """A `--compare` report's keys: the difference, the limit and whether it holds. A scale
+    that is not finite is an InputError (an inf scale would pass any difference)."""
     tol = tolerance(method, dtype, guidance, scale)
     return {"max_abs_diff_vs_single_process": float(err), "tolerance": tol,
             "within_tolerance": bool(err <= tol)}

@@ -281,16 +281,50 @@ def build_model(cfg: DiTConfig, weight_seed: int = 0, dtype=torch.float32) -> Ti
 
 
 def save_weights(model: TinyVideoDiT, path: str, extra: dict, name: str | None = None) -> None:
-    """safetensors file; its metadata holds the model config and `extra` (JSON strings). A
-    failure to write is an InputError naming `name` (the parameter that gave `path`)."""
+    """safetensors file; its metadata holds the model config, `extra` and `kind` (what the
+    weights are: `weights_kind`), as JSON strings. A failure to write is an InputError naming
+    `name` (the parameter that gave `path`)."""
     from safetensors.torch import save_file
 
     from cpcourse.support.out_files import replacing
 
     meta = {"config": json.dumps(model.cfg.as_dict())}
     meta.update({k: json.dumps(v) for k, v in extra.items()})
+    meta["kind"] = json.dumps(weights_kind(extra))
     with replacing(path, name) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp, metadata=meta)
+
+
+KINDS = ("bidirectional", "chunk-causal")
+
+
+def weights_kind(meta: dict) -> dict:
+    """What a weights file holds, from its metadata: {"model": "bidirectional"} or
+    {"model": "chunk-causal", "chunk": C} (frames per chunk it was trained with). Files written
+    before `kind` existed (the shipped ones among them) say it by their "causal" entry, which
+    `cpcourse train --causal` has always written: without it the model is bidirectional."""
+    if isinstance(meta.get("kind"), dict):
+        kind = meta["kind"]
+        require(kind.get("model") in KINDS, f"weights: unknown kind {kind!r}")
+        return kind
+    if isinstance(meta.get("causal"), dict):
+        return {"model": "chunk-causal", "chunk": int(meta["causal"]["chunk"])}
+    return {"model": "bidirectional"}
+
+
+def require_kind(path: str, meta: dict, causal: bool) -> dict:
+    """`weights_kind`, or an InputError when the file is not the model the command samples
+    (`causal`: the chunk-causal one, streamed; else the bidirectional one)."""
+    kind = weights_kind(meta)
+    if causal:
+        require(kind["model"] == "chunk-causal", f"weights {path}: these weights are "
+                "bidirectional, not a chunk-causal model: drop --causal, or train one with "
+                "`cpcourse train --causal`")
+    else:
+        require(kind["model"] == "bidirectional", f"weights {path}: these weights are "
+                f"chunk-causal (trained with chunk {kind.get('chunk')}): add --causal to stream "
+                "them chunk by chunk")
+    return kind
 
 
 def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:

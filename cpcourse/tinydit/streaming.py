@@ -143,10 +143,9 @@ def stream_latents(model: TinyVideoDiT, noise: torch.Tensor, label, chunk: int,
 
 def causal_chunk(path: str) -> int:
     """The chunk (frames) the weights at `path` were trained with; not causal: an InputError."""
-    meta = load_weights(path)[1]
-    require("causal" in meta, f"weights {path}: not a chunk-causal model (train one with "
-            "`cpcourse train --causal`)")
-    return int(meta["causal"]["chunk"])
+    from cpcourse.tinydit.model import require_kind
+
+    return int(require_kind(path, load_weights(path)[1], causal=True)["chunk"])
 
 
 def evaluate_causal(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: int = SAMPLE_STEPS,

@@ -203,16 +203,23 @@ def shipped_path() -> str:
     return str(resources.files("cpcourse") / "data" / SHIPPED)
 
 
-def weights_config(weights: str) -> tuple[str | None, DiTConfig | None]:
+def weights_config(weights: str, causal: bool | None = False) -> tuple[str | None,
+                                                                        DiTConfig | None]:
     """(file, its model config) for "shipped" or a file's weights, (None, None) for "random".
     The file is read here, before any launch: a missing or foreign one is one clear error, not
-    one per rank."""
+    one per rank, and so is one of the other kind (`causal` False: bidirectional weights
+    wanted, True: chunk-causal ones, None: either, as a fine-tune's init)."""
     import os
+
+    from cpcourse.tinydit.model import require_kind
 
     if weights == "random":
         return None, None
     path = shipped_path() if weights == "shipped" else os.path.abspath(weights)
-    return path, load_weights(path)[0].cfg
+    model, meta = load_weights(path)
+    if causal is not None:
+        require_kind(weights, meta, causal)
+    return path, model.cfg
 
 
 def load_shapes_model(path: str | None = None, dtype=torch.float32) -> TinyVideoDiT:

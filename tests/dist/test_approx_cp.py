@@ -178,6 +178,9 @@ def test_the_command_line_reports_every_key(capsys):
             "matches_prompt", "track", "bytes_per_step", "exposed_comm_seconds", "steps_skipped")
     assert [k for k in keys if k not in report] == []
     assert report["approx"] == "displaced" and report["steps"] == STEPS
+    # approximate by design: no tolerance, and the report says why (issue 51)
+    assert report["exact"] is False and report["tolerance"] is None
+    assert report["within_tolerance"] is None and "psnr" in report["no_tolerance_because"]
     req = _request(2, "naive")
     assert report["bytes_per_step"] == bytes_per_step("displaced", req.run.cfg, req.run.shape,
                                                       2, 0, 0)

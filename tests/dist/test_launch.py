@@ -251,3 +251,66 @@ def test_a_rank_that_exits_without_raising_is_named_with_its_code(mark):
     with pytest.raises(RankError) as info:
         launch(f"{__file__}:exit_three", 1, timeout=60, env=_env(mark), stream=False)
     assert info.value.rank == 0 and "exited with code 3" in info.value.summary()
+
+
+# --- interrupts from a notebook and from a service manager (issue 51) ----------------------------
+
+def _wait_for(mark, count, seconds=180.0):
+    """Block until at least `count` processes carry `mark` (the ranks have started)."""
+    deadline = time.monotonic() + seconds
+    while len(marked(mark)) < count:
+        assert time.monotonic() < deadline, f"only {marked(mark)} started"
+        time.sleep(0.2)
+
+
+def test_a_kernel_interrupt_ends_every_rank(mark, tmp_path):
+    """launch() in a Jupyter kernel (a notebook cell) and the user presses interrupt: the cell
+    ends with KeyboardInterrupt, torchrun and both ranks are gone, the kernel lives on."""
+    jupyter_client = pytest.importorskip("jupyter_client")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    km, kc = jupyter_client.manager.start_new_kernel(
+        startup_timeout=120, kernel_name="python3",
+        env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": root})
+    try:
+        kc.execute(f"from cpcourse.launch import launch\n"
+                   f"launch({__file__!r} + ':sleep_forever', 2, timeout=300, "
+                   f"env={{'M': {mark!r}}})")
+        _wait_for(mark, 3)          # torchrun and its two workers (and maybe the fork server)
+        time.sleep(1.0)
+        km.interrupt_kernel()
+        reply = kc.get_shell_msg(timeout=60)["content"]
+        assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
+        deadline = time.monotonic() + 10
+        while marked(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not marked(mark), f"ranks outlived the interrupt: {marked(mark)}"
+        assert list(tmp_path.glob("cpcourse-launch-*")) == []
+        kc.execute("1 + 1")  # the kernel itself survived the interrupt
+        assert kc.get_shell_msg(timeout=60)["content"]["status"] == "ok"
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def test_sigterm_to_a_command_that_started_ranks_ends_them(mark, tmp_path):
+    """`kill PID` (SIGTERM, as a service manager or a batch scheduler sends it) to `cpcourse
+    generate` while its ranks run: exit 143, no traceback, no rank left, no run folder."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    cli = subprocess.Popen(
+        [sys.executable, "-m", "cpcourse", "generate", "--causal", "--prompt", "circle-right",
+         "--nproc", "2", "--steps", "1000", "--timeout", "600", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env={**os.environ, "CPCOURSE_TEST_MARK": mark, "TMPDIR": str(tmp_path),
+             "PYTHONPATH": root})
+    try:
+        _wait_for(mark, 4)          # the command, torchrun and its two workers
+        time.sleep(1.0)
+        cli.send_signal(signal.SIGTERM)
+        out, err = cli.communicate(timeout=60)
+    finally:
+        if cli.poll() is None:
+            cli.kill()
+            cli.communicate()
+    assert cli.returncode == 128 + signal.SIGTERM, (cli.returncode, err)
+    assert out == "" and "Traceback" not in err, err
+    assert list(tmp_path.glob("cpcourse-launch-*")) == []

@@ -117,6 +117,76 @@ def test_throughput_rates_are_finite_and_consistent_or_refuse(gpus, group, secon
         assert r["replicas"] * r["group_gpus"] == gpus
 
 
+# --- issue 51: the tolerance rule, the causal chunk helpers, the planner's typed flags ---------
+
+FLAG = st.one_of(st.booleans(), st.sampled_from(["no", "false", 0, 1, None, "True"]))
+
+
+@FUZZ
+@given(err=NUMBER, scale=st.one_of(NUMBER, st.sampled_from(HOSTILE)),
+       dtype=st.sampled_from(["float32", "fp32", "bf16", "float64", "float8", "", None]))
+def test_a_verdict_is_a_finite_limit_or_refused(err, scale, dtype):
+    from cpcourse.support.tolerance import verdict
+
+    v = _result_or_input_error(lambda: verdict(err, scale, "ring", dtype))
+    if v is not None:
+        assert math.isfinite(v["tolerance"]) and v["tolerance"] > 0, v
+        assert v["within_tolerance"] == (err <= v["tolerance"])
+
+
+@FUZZ
+@given(per_rank=st.lists(st.one_of(st.integers(-2, 50), st.sampled_from(HOSTILE)), max_size=5),
+       sizes=st.lists(SIZE, max_size=5), rank=SIZE)
+def test_causal_chunk_helpers_answer_or_refuse(per_rank, sizes, rank):
+    from cpcourse.causal.chunks import (
+        assign_chunks,
+        chunk_of_frames,
+        chunk_work,
+        imbalance,
+        rank_tokens,
+        ring_traffic,
+    )
+
+    r = _result_or_input_error(lambda: imbalance(per_rank))
+    if r is not None:
+        assert math.isfinite(r) and r >= 1.0 - 1e-12, (per_rank, r)
+    w = _result_or_input_error(lambda: chunk_work(sizes))
+    if w is not None:
+        assert all(x > 0 for x in w) and len(w) == len(sizes)
+    a = assign_chunks(4, 2, "zigzag")
+    t = _result_or_input_error(lambda: ring_traffic(a, sizes))
+    if t is not None:
+        assert all(x["useful"] >= 0 and x["wasted"] >= 0 for x in t)
+    c = chunk_of_frames(8, 2, 3)
+    tok = _result_or_input_error(lambda: rank_tokens(c, a, rank))
+    if tok is not None:
+        assert rank in (0, 1) and len(tok) == 12
+
+
+@settings(max_examples=max(30, EXAMPLES // 5), derandomize=True, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(fsdp=FLAG, offload=FLAG, parallel_vae=FLAG,
+       max_seconds=st.one_of(st.none(), NUMBER, st.sampled_from([True, "100", 1e300])),
+       model=st.sampled_from(["wan2.1-t2v-14b", "mochi-1", "hunyuanvideo-13b"]),
+       gpus=st.one_of(st.sampled_from([1, 2, 8]), st.sampled_from(HOSTILE)),
+       nodes=st.one_of(st.sampled_from([1, 2]), st.sampled_from(HOSTILE)))
+def test_the_planner_takes_typed_flags_or_refuses(fsdp, offload, parallel_vae, max_seconds,
+                                                  model, gpus, nodes):
+    from cpcourse.planner.throughput import group_sizes, throughput
+
+    g = _result_or_input_error(lambda: group_sizes(gpus, nodes))
+    if g is not None:
+        assert g and all(gpus % x == 0 for x in g)
+    d = _result_or_input_error(lambda: throughput(model, gpus=8, fsdp=fsdp, offload=offload,
+                                                  parallel_vae=parallel_vae,
+                                                  max_seconds=max_seconds))
+    if d is not None:
+        assert all(isinstance(f, bool) for f in (fsdp, offload, parallel_vae))
+        assert d["fsdp"] is fsdp and d["offload"] is offload and d["vae_parallel"] is parallel_vae
+        assert max_seconds is None or (isinstance(max_seconds, float)
+                                       and math.isfinite(max_seconds) and max_seconds > 0)
+
+
 @pytest.mark.parametrize("call", [lambda: window_starts(8, 4, 0),
                                   lambda: frame_weights(8, [0], 4),
                                   lambda: layouts(12, heads=0)])

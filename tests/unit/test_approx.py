@@ -30,6 +30,9 @@ from cpcourse.tinydit.training import shapes_config
     (["--cache", "fbcache", "--approx", "asyncdiff"], "not of asyncdiff"),
     (["--approx", "naive", "--nproc", "3"], "--nproc 3 does not divide"),
     (["--approx", "asyncdiff", "--nproc", "7"], "--nproc 7: asyncdiff gives each rank"),
+    (["--approx", "naive", "--steps", "2", "--warmup", "1000"],          # probe #8
+     "--warmup 1000 is past the run's 2 steps"),
+    (["--approx", "naive", "--steps", "2", "--warmup", "99999999999999999999"], "past the run"),
 ])
 def test_refusals_are_one_line_before_any_process(argv, says, capsys):
     def no_launch(*args, **kwargs):
@@ -89,3 +92,31 @@ def test_projection_needs_two_gpus():
 
     with pytest.raises(InputError, match="at least 2"):
         project("wan2.1-t2v-14b", "h100", 1)
+
+
+@pytest.mark.parametrize("approx, warmup, cache, skipped, exact", [
+    ("naive", 2, None, 0, True), ("pipefusion", 2, None, 0, True), ("naive", 1, None, 0, False),
+    (None, 0, "fbcache", 0, True), (None, 0, "fbcache", 1, False)])
+def test_every_compare_gives_a_verdict_or_says_why_not(approx, warmup, cache, skipped, exact):
+    """Probe #6: a run that took every step synchronously and skipped none is exact CP and gets
+    the tolerance rule's verdict; an approximate one says `exact: false` and why."""
+    from cpcourse.runs.approx import check_approx, exactness
+
+    req = check_approx(2, 0, prompt="circle-right", approx=approx, warmup=warmup, cache=cache,
+                       steps=2)
+    v = exactness(req, {"steps_skipped": skipped, "max_abs_diff_vs_exact": 0.0},
+                  torch.ones(8, 3, 4, 4))
+    assert v["exact"] is exact and (v["within_tolerance"] is True) is exact
+    assert (v["tolerance"] is None) is not exact and (v["no_tolerance_because"] is None) is exact
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--steps", "1", "--warmups", "5", "--thresholds", "0"], "--warmups 5 is past the run's 1"),
+    (["--steps", "1", "--warmups", "99999999999999999999"], "--warmups 99999999999999999999"),
+])
+def test_bench_approx_refuses_warmups_past_the_steps(argv, says, capsys):
+    """Probe #8 extended: rows labelled with a warm-up the run never had."""
+    with mock.patch("cpcourse.launch.launcher.subprocess.Popen", AssertionError):
+        assert main(["bench", "approx", "--seeds", "1", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err

@@ -8,6 +8,8 @@ import importlib.util
 import re
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -55,3 +57,11 @@ def test_the_executed_book_shows_stubs_and_static_dashboards():
     assert "CPCOURSE_IMPL=exercises" in target and "IPYTHONDIR=$(CURDIR)/book/ipython" in target
     hook = ROOT / "book" / "ipython" / "profile_default" / "startup" / "00-static-widgets.py"
     assert "_repr_mimebundle_" in hook.read_text()
+
+
+def test_a_subset_with_a_typo_is_refused(monkeypatch, capsys):
+    """Probe C5: `make book BOOK_NOTEBOOKS=00_token_explsion` built an empty book, exit 0."""
+    with pytest.raises(SystemExit) as info:
+        _conf(monkeypatch, "00_token_explsion")
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and "00_token_explsion" in err and "00_token_explosion" in err

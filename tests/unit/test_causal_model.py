@@ -91,6 +91,9 @@ def test_causal_training_writes_a_causal_file(tmp_path):
 
 @pytest.mark.parametrize("argv, words", [
     (["--chunk", "3"], "chunk 3 must divide the clip's 8 frames"),
+    (["--chunk", "8"], "--chunk 8: this model was trained with chunk 2"),   # probe #7
+    (["--chunk", "2", "--weights", "cpcourse/data/shapes_dit.safetensors"],
+     "not a chunk-causal model"),
     (["--kv-cache", "ulysses", "--nproc", "3"], "the world size must divide the head count"),
     (["--frames", "16"], "--frames has no effect here"),
     (["--layout", "ring=2"], "--layout has no effect here"),
@@ -111,3 +114,23 @@ def test_kv_cache_needs_causal(capsys):
 
     assert main(["generate", "--kv-cache", "pass-q"]) == 2
     assert "--kv-cache has no effect here: it needs --causal" in capsys.readouterr().err
+
+
+def test_the_default_timeout_grows_with_the_steps(monkeypatch, capsys):
+    """Probe #9: `--steps 400` ran into the 120 s default and read as "a deadlock?"."""
+    from cpcourse.cli import main
+    from cpcourse.tinydit.training import SAMPLE_STEPS
+
+    seen = {}
+
+    def fake_run(nproc, seed, *, timeout, **kw):
+        seen["timeout"] = timeout
+        raise KeyboardInterrupt  # stop before any process starts
+
+    monkeypatch.setattr("cpcourse.runs.stream.run_stream", fake_run)
+    for steps, want in ((SAMPLE_STEPS, 120.0), (4 * SAMPLE_STEPS, 480.0), (1000, 3600.0)):
+        assert main(["generate", "--causal", "--nproc", "1", "--steps", str(steps)]) == 130
+        assert seen["timeout"] == pytest.approx(min(want, 3600.0))
+    assert main(["generate", "--causal", "--nproc", "1", "--timeout", "7"]) == 130
+    assert seen["timeout"] == 7.0
+    capsys.readouterr()

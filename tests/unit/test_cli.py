@@ -297,3 +297,17 @@ def test_a_compare_to_of_the_wrong_shape_is_refused_before_the_run(tmp_path, cap
                  "0.001"]) == 2  # a launch would time out instead
     err = capsys.readouterr().err
     assert "this run makes (8, 3, 32, 32)" in err and err.count("\n") == 1, err
+
+
+def test_a_quoted_source_line_is_not_rewritten_into_flags():
+    """Probe #9: a timeout quoting `torch.arange(pairs, dtype=torch.float64)` printed
+    `--dtype torch.float64` inside the code; the message around it still names flags."""
+    from cpcourse.cli import as_flags
+
+    code = "return base ** (-torch.arange(pairs, dtype=torch.float64) / pairs)"
+    msg = (f"timed out after 120 s (a deadlock? else raise `timeout`): rank 0: in recv() called "
+           f"at ring.py:9: dist.recv(t, src=1); rank 1: in _freqs() called at rope.py:34: "
+           f"{code}; finished: rank 2")
+    out = as_flags(msg)
+    assert code in out and "dist.recv(t, src=1)" in out and "raise --timeout" in out, out
+    assert as_flags("steps 0: use dtype=fp32") == "--steps 0: use --dtype fp32"

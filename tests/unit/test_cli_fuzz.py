@@ -39,7 +39,7 @@ FLOATS = st.one_of(st.sampled_from(["0.5", "1", "5", "16", "24", "450", "1e-3", 
                    st.floats(allow_nan=True, allow_infinity=True).map(repr),
                    st.sampled_from(HOSTILE))
 MODELS = st.sampled_from(["wan2.1-t2v-14b", "hunyuanvideo-13b", "cosmos-1.0-diffusion-7b",
-                          "nope", "", "WAN2.1-T2V-14B"])
+                          "mochi-1", "nope", "", "WAN2.1-T2V-14B"])
 WORDS = {"--dtype": ["fp32", "bf16", "fp16", "fp8", "", "float32"],
          "--link": ["nvlink4", "ib-ndr", "pcie5", "nope", ""],
          "--gpu": ["h100", "h200", "a100", "tpu", ""],
@@ -64,13 +64,19 @@ FLAGS = {
                                           "", "ulysses=2,ring=2,tp=2"]),
              "--objective": st.sampled_from(["latency", "throughput", "x", ""]),
              "--max-seconds": FLOATS,
+             "--text-encoder": st.sampled_from(["resident", "freed", "cpu", "own-gpu", "x"]),
              **{f: st.none() for f in ("--validate", "--released", "--offload", "--fsdp",
-                                       "--text-encoder-cpu")}},
+                                       "--text-encoder-cpu", "--parallel-vae")}},
 }
 # Commands that start processes: only values every check refuses, so nothing is launched.
 REFUSED = ["0", "-1", "nan", "inf", "1e308", "abc", "", str(2**63)]
 ANY_NUMBER_REFUSED = ["nan", "inf", "-inf", "1e308", "abc", ""]  # for flags that take 0 or < 0
 SEEDS_REFUSED = ["-1", str(2**64), "nan", "abc", ""]
+
+
+BAD_OUTPUTS = [".", "newdir/", "/dev/null", "/dev/stdout", "nodir/x.pt", "/proc/x"]
+CAUSAL_WEIGHTS = "cpcourse/data/shapes_causal_dit.safetensors"  # refused without --causal
+PLAIN_WEIGHTS = "cpcourse/data/shapes_dit.safetensors"          # refused with it
 
 
 def _refused(*flags: str) -> dict[str, list[str]]:
@@ -84,10 +90,19 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "generate --window 4": {**_refused("--nproc", "--frames", "--stride", "--steps",
                                                 "--timeout", "--height"),
                                      "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
-             "generate --causal": {**_refused("--nproc", "--chunk", "--steps", "--timeout"),
+             "generate --causal": {**_refused("--nproc", "--steps", "--timeout"),
+                                   "--chunk": [*REFUSED, "8", "4", "3"],   # trained with 2
+                                   "--weights": [PLAIN_WEIGHTS, "nofile", "/dev/null"],
                                    "--cfg": ANY_NUMBER_REFUSED, "--seed": SEEDS_REFUSED},
              "generate --approx displaced": {**_refused("--nproc", "--steps", "--timeout"),
-                                             "--warmup": ["-1", "nan", "abc", ""]},
+                                             "--warmup": ["-1", "nan", "abc", "", "1000",
+                                                          "99999999999999999999"]},
+             # outputs: folders, a trailing slash, devices, links, missing folders
+             "generate --force": {"--save": BAD_OUTPUTS, "--gif": BAD_OUTPUTS},
+             "generate --steps 1": {"--weights": [CAUSAL_WEIGHTS, "nofile", "/dev/null"],
+                                    "--compare-to": ["nofile", "/dev/null", "."]},
+             "train --steps 1": {"--out": BAD_OUTPUTS},
+             "vae --arch wan --force": {"--save": BAD_OUTPUTS},
              "generate --approx pipefusion": _refused("--patches"),
              "generate --cache fbcache": {"--cache-threshold": ["-1", "nan", "inf", "abc", ""]},
              "generate --layout cfg=2": {**_refused("--frames", "--steps", "--timeout"),
@@ -104,7 +119,7 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "bench models": _refused("--nproc", "--frames", "--size", "--timeout"),
              "bench launch": _refused("--nproc", "--repeats"),
              "bench approx": {**_refused("--seeds", "--steps", "--nproc"),
-                              "--warmups": ["-1", "abc", "", "1,x"],
+                              "--warmups": ["-1", "abc", "", "1,x", "99999999999999999999"],
                               "--thresholds": ["-1", "nan", "abc", ""]},
              "bench windows": _refused("--window", "--stride", "--seeds", "--steps"),
              "bench mesh": _refused("--frames", "--size", "--hidden", "--depth", "--steps",

@@ -89,3 +89,209 @@ def test_save_whose_report_is_a_directory_is_refused(capsys, tmp_path):
     (tmp_path / "c.pt.json").mkdir()
     refuse(capsys, ["generate", "--nproc", "1", "--save", str(tmp_path / "c.pt")],
            "its report")
+
+
+# ---- one writer (issue 51): checked before the work, never through a link or a device ----
+
+from cpcourse.support.out_files import check_output, write_output  # noqa: E402
+
+
+def test_check_output_refuses_what_a_rename_would_break(tmp_path):
+    """A trailing slash, a link, a folder, a device, a pipe, an existing file without force:
+    each one line naming the flag, and nothing created."""
+    (tmp_path / "t.pt").write_text("keep")
+    os.symlink(tmp_path / "t.pt", tmp_path / "l.pt")
+    os.mkfifo(tmp_path / "fifo")
+    cases = [(str(tmp_path / "newdir") + "/", "is a directory name"),
+             (str(tmp_path / "l.pt"), "is a symbolic link"),
+             (str(tmp_path), "is a directory"),
+             ("/dev/null", "is a device or other special file"),
+             (str(tmp_path / "fifo"), "is a device or other special file"),
+             (str(tmp_path / "t.pt"), "already exists: add --force"),
+             (str(tmp_path / "no" / "x.pt"), "does not exist"),
+             ("", "--out needs a file name")]
+    before = sorted(tmp_path.iterdir())
+    for path, words in cases:
+        with pytest.raises(InputError) as info:
+            check_output(path, False, "--out")
+        assert words in str(info.value) and "\n" not in str(info.value), (path, info.value)
+    assert sorted(tmp_path.iterdir()) == before and (tmp_path / "t.pt").read_text() == "keep"
+    assert not os.path.exists("/dev/null/x") and os.path.exists("/dev/null")
+    assert check_output(str(tmp_path / "t.pt"), True, "--out") == str(tmp_path / "t.pt")
+    with pytest.raises(InputError, match="symbolic link"):  # --force never replaces a link
+        check_output(str(tmp_path / "l.pt"), True, "--out")
+
+
+def test_write_output_renames_only_onto_a_regular_file(tmp_path):
+    """At write time too: a link that appeared since the check is refused, not replaced; a
+    regular file keeps its permission bits; no temporary file is left either way."""
+    target, link = tmp_path / "t.json", tmp_path / "l.json"
+    target.write_text("keep")
+    os.chmod(target, 0o640)
+    os.symlink(target, link)
+    with pytest.raises(InputError, match="--out .*l.json is a symbolic link"):
+        write_output(str(link), lambda tmp: open(tmp, "w").write("new"), "--out")
+    assert link.is_symlink() and target.read_text() == "keep"
+    write_output(str(target), lambda tmp: open(tmp, "w").write("new"), "--out")
+    assert target.read_text() == "new" and (target.stat().st_mode & 0o777) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.json", "t.json"]
+
+
+def test_generate_refuses_bad_outputs_before_sampling(capsys, tmp_path):
+    """Probe C1, C2, #4: a folder name, a link, an existing file; --force replaces only a file."""
+    (tmp_path / "t.pt").write_text("keep")
+    os.symlink(tmp_path / "t.pt", tmp_path / "l.gif")
+    gen = ["generate", "--prompt", "circle-right", "--nproc", "1", "--steps", "1"]
+    for argv, words in (([*gen, "--save", str(tmp_path / "newdir") + "/"], "directory name"),
+                        ([*gen, "--gif", str(tmp_path / "newdir2") + "/"], "directory name"),
+                        ([*gen, "--approx", "naive", "--nproc", "2", "--save",
+                          str(tmp_path / "n3") + "/"], "directory name"),
+                        ([*gen, "--gif", str(tmp_path / "l.gif")], "symbolic link"),
+                        ([*gen, "--gif", "/dev/stdout"], "symbolic link"),
+                        ([*gen, "--save", str(tmp_path / "t.pt")], "add --force"),
+                        ([*gen, "--save", str(tmp_path / "l.gif"), "--force"], "symbolic link"),
+                        ([*gen, "--force"], "--force has no effect here: it needs --save")):
+        refuse(capsys, argv, words)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["l.gif", "t.pt"]
+
+
+def test_vae_checks_save_before_the_decode(capsys, tmp_path):
+    """Probe #1, #4, #12: `vae --save` into a missing folder, onto '.', onto an existing file."""
+    (tmp_path / "keep.pt").write_text("precious")
+    vae = ["vae", "--arch", "wan", "--nproc", "1", "--frames", "1", "--height", "16",
+           "--width", "8"]
+    for save, words in ((str(tmp_path / "nodir" / "x.pt"), "does not exist"),
+                        (".", "is a directory"),
+                        (str(tmp_path / "keep.pt"), "already exists: add --force")):
+        refuse(capsys, [*vae, "--save", save], words)
+    refuse(capsys, [*vae, "--force"], "--force has no effect here: it needs --save")
+    assert (tmp_path / "keep.pt").read_text() == "precious"
+
+
+def test_bench_gpu_out_refused_before_work_and_leaves_no_folder(tmp_path, monkeypatch):
+    """Probe C1, C2, #4: `bench gpu --out a/b/`, a link, an existing file: nothing made."""
+    from cpcourse.bench import gpu
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "g.json").write_text("precious")
+    os.symlink("g.json", "l.json")
+    for out, words in (("n5_g/sub/", "directory name"), ("l.json", "symbolic link"),
+                       ("g.json", "add --force"), ("artifacts/sub/", "directory name")):
+        with pytest.raises(InputError, match=words):
+            gpu._args(["--dry-run", "--out", out])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["g.json", "l.json"]
+    assert gpu._args(["--dry-run", "--out", "g.json", "--force"]).out == "g.json"
+    assert gpu._args(["--dry-run"]).out == "artifacts/gpu.json"  # its own folder, made once
+    assert (tmp_path / "artifacts").is_dir()
+
+
+def test_train_refuses_an_existing_out_without_force(capsys, tmp_path):
+    (tmp_path / "w.safetensors").write_text("precious")
+    refuse(capsys, ["train", "--out", str(tmp_path / "w.safetensors"), "--steps", "1"],
+           "add --force")
+
+
+@pytest.mark.parametrize("tool", ["derive_vae_halo", "derive_vae_flops", "derive_vae_memory",
+                                  "derive_dit_costs"])
+def test_derive_tools_refuse_unknown_arguments_and_write_nothing(tool):
+    """Probe C12: `tools/derive_*.py --bogus` exits 2 in one line; the data file is untouched."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    data = sorted((root / "cpcourse" / "data").glob("*.json"))
+    before = {p: p.stat().st_mtime_ns for p in data}
+    res = subprocess.run([sys.executable, f"tools/{tool}.py", "--bogus"], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and res.stdout == "", res
+    assert res.stderr.count("\n") == 1 and "unrecognized arguments: --bogus" in res.stderr
+    assert {p: p.stat().st_mtime_ns for p in data} == before
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf")])
+def test_compare_to_a_non_finite_tensor_is_refused_up_front(capsys, tmp_path, bad):
+    """Probe C4: a reference holding NaN or inf: one line, exit 2, before any rank."""
+    ref = torch.zeros(8, 3, 32, 32)
+    ref[0, 0, 0, 0] = bad
+    torch.save(ref, tmp_path / "nan.pt")
+    refuse(capsys, ["generate", "--prompt", "circle-right", "--nproc", "1", "--steps", "1",
+                    "--compare-to", str(tmp_path / "nan.pt"), "--json"], "not finite")
+
+
+def test_verdict_refuses_scales_and_dtypes_it_cannot_judge():
+    """Probe C7: an inf scale would pass any error, a NaN one was dropped, float8 a KeyError."""
+    from cpcourse.support.tolerance import tolerance, verdict
+
+    for call, words in ((lambda: verdict(1e30, float("inf"), "ring"), "scale must be a finite"),
+                        (lambda: tolerance("ring", "float32", scale=float("nan")), "scale"),
+                        (lambda: tolerance("ring", "float32", scale=-1.0), "scale"),
+                        (lambda: tolerance("ring", "float8"), "dtype 'float8' has no tolerance")):
+        with pytest.raises(ValueError, match=words):
+            call()
+    assert verdict(1e-6, 1.0, "ring")["within_tolerance"]
+    assert not verdict(float("nan"), 1.0, "ring")["within_tolerance"]
+
+
+def test_weights_say_what_they_are_and_commands_refuse_the_other_kind(capsys, tmp_path):
+    """Probe #2: the chunk-causal weights sampled as a bidirectional model (generate, bench
+    shapes) are refused before any work; a file `save_weights` writes records its kind."""
+    from cpcourse.tinydit.causal import shipped_causal_path
+    from cpcourse.tinydit.model import (
+        DiTConfig,
+        build_model,
+        load_weights,
+        save_weights,
+        weights_kind,
+    )
+    from cpcourse.tinydit.training import shipped_path
+
+    causal = shipped_causal_path()
+    assert weights_kind(load_weights(causal)[1]) == {"model": "chunk-causal", "chunk": 2}
+    assert weights_kind(load_weights(shipped_path())[1]) == {"model": "bidirectional"}
+    for argv in (["generate", "--weights", causal, "--prompt", "circle-right", "--nproc", "1",
+                  "--steps", "1", "--json"],
+                 ["generate", "--weights", causal, "--window", "4", "--frames", "8"],
+                 ["bench", "shapes", "--weights", causal, "--seeds", "1", "--steps", "1"]):
+        with mock.patch("cpcourse.tinydit.training.evaluate", no_work):
+            refuse(capsys, argv, "chunk-causal (trained with chunk 2): add --causal")
+    refuse(capsys, ["generate", "--causal", "--weights", shipped_path(), "--nproc", "1"],
+           "not a chunk-causal model")
+    model = build_model(DiTConfig(hidden=16, heads=2, depth=1), 0)
+    for extra, kind in (({}, {"model": "bidirectional"}),
+                        ({"causal": {"chunk": 4}}, {"model": "chunk-causal", "chunk": 4})):
+        save_weights(model, str(tmp_path / "w.safetensors"), extra)
+        assert load_weights(str(tmp_path / "w.safetensors"))[1]["kind"] == kind
+
+
+def test_no_inductor_cache_is_left_in_tmpdir(tmp_path):
+    """Probe #5: importing diffusers (every `models`, `vae` and `bench gpu` run) made
+    $TMPDIR/torchinductor_<user>; the cache now lives in the user's cache directory."""
+    import subprocess
+
+    tmp, cache = tmp_path / "tmp", tmp_path / "cache"
+    tmp.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmp), "XDG_CACHE_HOME": str(cache)}
+    env.pop("TORCHINDUCTOR_CACHE_DIR", None)
+    res = subprocess.run([sys.executable, "-c", "import cpcourse, os, diffusers; "
+                          "print(os.environ['TORCHINDUCTOR_CACHE_DIR'])"], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert res.stdout.strip() == str(cache / "cpcourse" / "torchinductor")
+    assert list(tmp.iterdir()) == []
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["tools/make_exercises.py", "--check", "--root", "nodir"], "no solutions/ folder"),
+    (["tools/nbstall.py", "nosuch.ipynb", "--runs", "1"], "no such notebook: nosuch.ipynb"),
+])
+def test_dev_tools_refuse_a_missing_path_in_one_line(argv, words, tmp_path):
+    """Probe C11: a FileNotFoundError traceback before; now argparse's usage and one error."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    res = subprocess.run([sys.executable, str(root / argv[0]), *argv[1:]], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "PYTHONPATH": str(root)})
+    assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
+    assert list(tmp_path.iterdir()) == []

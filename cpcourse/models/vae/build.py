@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import InputError, positive_int, require, seed_int
 
 SPATIAL, TEMPORAL = 8, 4  # the compression of both VAEs (and of the released ones)
 
@@ -30,11 +30,20 @@ TINY = {
                           layers_per_block=1, norm_num_groups=4, mid_block_add_attention=True)),
 }
 ARCHS = tuple(TINY)
+DTYPES = (torch.float32, torch.bfloat16, torch.float64)
+
+
+def _check_dtype(dtype) -> None:
+    require(dtype in DTYPES, f"--dtype must be a torch dtype among float32, bfloat16, float64, "
+            f"got {dtype!r}")
 
 
 def check_video_size(arch: str, frames: int, height: int, width: int) -> tuple[int, int, int]:
     """The latent (frames, height, width) of a video the VAE can take; InputError otherwise."""
     require(arch in TINY, f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    for flag, n in (("--frames", frames), ("--height", height), ("--width", width)):
+        require(isinstance(n, int) and not isinstance(n, bool), f"{flag} must be a whole "
+                f"number, got {n!r}")
     require(frames >= 1 and (frames - 1) % TEMPORAL == 0,
             f"--frames must be {TEMPORAL}k + 1 (1, 5, 9, ...): the VAE decodes one frame, then "
             f"{TEMPORAL} per latent frame; got {frames}")
@@ -53,6 +62,8 @@ def build_vae(arch: str, seed: int = 0, dtype=torch.float32):
     diffusers blocks start at zero, which would make a random VAE decode a constant."""
     if arch not in TINY:
         raise InputError(f"--arch must be one of {', '.join(ARCHS)}, got {arch!r}")
+    seed_int("--seed", seed)
+    _check_dtype(dtype)
     import diffusers
 
     cls, config = TINY[arch]
@@ -69,5 +80,8 @@ def example_latents(arch: str, frames: int = 5, height: int = 32, width: int = 3
                     seed: int = 0, batch: int = 1, dtype=torch.float32) -> torch.Tensor:
     """Seeded latents `[B, C, F_lat, H_lat, W_lat]` of a `frames` x `height` x `width` video."""
     f, h, w = check_video_size(arch, frames, height, width)
+    seed_int("--seed", seed)
+    positive_int("batch", batch)
+    _check_dtype(dtype)
     gen = torch.Generator().manual_seed(seed + 1)  # not the weights' stream
     return torch.randn(batch, 4, f, h, w, generator=gen).to(dtype)

@@ -18,19 +18,24 @@ import torch
 
 from cpcourse.models.vae.build import SPATIAL
 from cpcourse.models.vae.halo import HeightSplit, patched
-from cpcourse.support.errors import require
+from cpcourse.support.errors import positive_int, require
 from cpcourse.support.groups import forward_only, gather_uneven, require_group
 from cpcourse.support.height_split import peak_share
 from cpcourse.support.shards import shard_sizes
 
 
 def split_rows(height: int, world: int) -> list[int]:
-    """Latent rows per rank: `torch.tensor_split` sizes, the first ranks one longer."""
+    """Latent rows per rank: `torch.tensor_split` sizes, the first ranks one longer. Every
+    rank needs a row: `world` above `height` is an InputError, as on the command line."""
+    height, world = positive_int("height", height), positive_int("nproc", world)
+    require(world <= height, f"nproc {world}: {height} latent rows cannot be split over "
+            f"{world} ranks: use at most {height} ranks, or a taller video")
     return shard_sizes(height, world)
 
 
 def decode_rows(vae, latents: torch.Tensor, group=None, sync_norm: bool = True):
     """This rank's rows of the decoded video `[B, 3, F, 8 n_r, W]`, and its HeightSplit."""
+    _check_latents(vae, latents)
     forward_only("decode_cp", latents)
     rank, world = require_group(group, "decode_cp")
     height = latents.shape[-2]
@@ -45,6 +50,20 @@ def decode_rows(vae, latents: torch.Tensor, group=None, sync_norm: bool = True):
     with patched(vae, split, sync_norm=sync_norm):
         out = vae.decode(rows).sample
     return out, split
+
+
+def _check_latents(vae, latents) -> None:
+    """Latents `[B, C, F_lat, H_lat, W_lat]` with the VAE's channels and dtype, else one line."""
+    require(isinstance(latents, torch.Tensor) and latents.dim() == 5, "decode_cp: latents "
+            "must be [B, C, F_lat, H_lat, W_lat], got "
+            f"{tuple(getattr(latents, 'shape', ()))}")
+    cfg = getattr(vae, "config", {})
+    channels = cfg.get("z_dim") or cfg.get("latent_channels")
+    require(channels is None or latents.shape[1] == channels, f"decode_cp: latents have "
+            f"{latents.shape[1]} channels, the VAE takes {channels}")
+    dtype = next(vae.parameters()).dtype
+    require(latents.dtype == dtype, f"decode_cp: latents are {latents.dtype}, the VAE's "
+            f"weights {dtype}: convert one of them")
 
 
 def decode_cp(vae, latents: torch.Tensor, group=None, gather: bool = True,
@@ -66,4 +85,8 @@ def predicted_peak_per_rank(peak_single: int, sizes: list[int]) -> int:
     """One process's peak scaled to the busiest rank's rows plus its two halo rows.
 
     About (8 n_max + 2) / (8 H_lat) of it (`cpcourse.support.height_split.peak_share`)."""
+    positive_int("peak_single", peak_single, allow_zero=True)
+    require(len(sizes) > 0 and all(isinstance(n, int) and not isinstance(n, bool) and n > 0
+                                   for n in sizes),
+            f"sizes must be each rank's latent rows (positive), got {sizes}")
     return int(peak_single * peak_share(sizes))
