@@ -62,9 +62,7 @@ _GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def check_grid(grid, world: int) -> tuple[int, int]:
     """(rows, cols) of a grid of `world` ranks, or an InputError saying what to change. Local
     arithmetic only: every rank refuses a bad grid alike, before any collective."""
-    ok = (isinstance(grid, (tuple, list)) and len(grid) == 2
-          and all(isinstance(n, int) and not isinstance(n, bool) and n >= 1 for n in grid))
-    fits = ok and grid[0] * grid[1] == world
+    fits = _two_ints(grid) and min(grid) >= 1 and grid[0] * grid[1] == world
     if not fits:
         good = ", ".join(f"({r}, {world // r})" for r in range(1, world + 1) if world % r == 0)
         raise InputError(f"grid must be (rows, cols), two whole numbers >= 1 whose product is the "
@@ -81,6 +79,47 @@ def grid_groups(rows: int, cols: int) -> tuple[list[list[int]], list[list[int]]]
     return rows_, cols_
 
 
+def tile(rank: int, rows: int, cols: int) -> tuple[list[int], list[int]]:
+    """The tile of the score matrix rank `rank` scores: (the shards whose queries, the shards
+    whose keys), shards numbered by the rank that holds them."""
+    i, j = divmod(rank, cols)
+    row_groups, col_groups = grid_groups(rows, cols)
+    return row_groups[i], col_groups[j]
+
+
+def simulate_attention_2d(q, k, v, grid, scale=None) -> torch.Tensor:
+    """`attention_2d` in one process, for the whole sequence: q `[B, H, Lq, D]`, k and v
+    `[B, H, Lk, D]` -> out `[B, H, Lq, D]`. The same tiles (sequence split like tensor_split over
+    rows x cols shards) and the same merge, in the same order, without the transfers."""
+    require(_two_ints(grid) and min(grid) >= 1,
+            f"grid must be (rows, cols), two whole numbers >= 1, got {grid!r}")
+    rows, cols = grid
+    world = rows * cols
+    qs, ks, vs = (torch.tensor_split(x, world, dim=2) for x in (q, k, v))
+    parts = {}  # (query shard, column) -> (out, lse) of that shard's rows of the tile
+    for rank in range(world):
+        q_shards, kv_shards = tile(rank, rows, cols)
+        o, lse = attention_with_lse(torch.cat([qs[m] for m in q_shards], dim=2),
+                                    torch.cat([ks[m] for m in kv_shards], dim=2),
+                                    torch.cat([vs[m] for m in kv_shards], dim=2), scale=scale)
+        lens = [qs[m].shape[2] for m in q_shards]
+        for m, po, pl in zip(q_shards, o.split(lens, dim=2), lse.split(lens, dim=2),
+                             strict=True):
+            parts[m, rank % cols] = (po, pl)
+    outs = []
+    for m in range(world):
+        out, lse = parts[m, 0]
+        for c in range(1, cols):
+            out, lse = merge_attention(out, lse, *parts[m, c])
+        outs.append(out.to(q.dtype))
+    return torch.cat(outs, dim=2)
+
+
+def _two_ints(grid) -> bool:
+    return (isinstance(grid, (tuple, list)) and len(grid) == 2
+            and all(isinstance(n, int) and not isinstance(n, bool) for n in grid))
+
+
 def _groups(group, rank: int, rows: int, cols: int):
     """This rank's (row group, column group) in `group`, made on first use and cached. Each rank
     makes only its own two groups (local synchronisation), rows before columns on every rank, so
@@ -89,8 +128,7 @@ def _groups(group, rank: int, rows: int, cols: int):
     cache = _GROUPS.setdefault(key, {})
     if (rows, cols) not in cache:
         members = dist.get_process_group_ranks(key)  # group rank -> global rank
-        i, j = divmod(rank, cols)
-        row_ranks, col_ranks = (g[k] for g, k in zip(grid_groups(rows, cols), (i, j), strict=True))
+        row_ranks, col_ranks = tile(rank, rows, cols)
         timeout = timedelta(seconds=pg_timeout_s())
         made = [dist.new_group([members[r] for r in ranks], timeout=timeout,
                                use_local_synchronization=True) if len(ranks) > 1 else None
@@ -182,8 +220,8 @@ def attention_2d(q, k, v, grid=None, group=None, scale=None, stats=None):
     kv_lens = check_agreed(q, k, v, shapes)
     q_lens = [s[2] for s in shapes["q"]]
     row_g, col_g = _groups(group, rank, rows, cols)
-    i, j = divmod(rank, cols)
-    row_ranks, col_ranks = grid_groups(rows, cols)[0][i], grid_groups(rows, cols)[1][j]
+    row_ranks, col_ranks = tile(rank, rows, cols)
+    j = rank % cols
     log = _Log(stats, rank)
     row_lens = [q_lens[r] for r in row_ranks]
     qb = _gather(q, row_lens, row_g, row_ranks, "Q", log) if cols > 1 else q
