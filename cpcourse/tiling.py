@@ -33,10 +33,7 @@ lse as one more column, so the merge never rounds to half precision in between.
 
 from __future__ import annotations
 
-import math
 import time
-import weakref
-from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -47,16 +44,10 @@ from cpcourse.support.errors import InputError, require
 from cpcourse.support.groups import (
     agree,
     forward_only,
-    gather_uneven,
-    pg_timeout_s,
     require_group,
     tracked,
 )
 from cpcourse.support.qkv import attention_scale
-
-# (parent group) -> {(rows, cols): (row group, column group)}. new_group is collective, so a grid's
-# groups are made once per parent group; weak keys let a destroyed group take its entry with it.
-_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check_grid(grid, world: int) -> tuple[int, int]:
@@ -120,23 +111,6 @@ def _two_ints(grid) -> bool:
             and all(isinstance(n, int) and not isinstance(n, bool) for n in grid))
 
 
-def _groups(group, rank: int, rows: int, cols: int):
-    """This rank's (row group, column group) in `group`, made on first use and cached. Each rank
-    makes only its own two groups (local synchronisation), rows before columns on every rank, so
-    the members of a group always reach it together."""
-    key = group if group is not None else dist.group.WORLD
-    cache = _GROUPS.setdefault(key, {})
-    if (rows, cols) not in cache:
-        members = dist.get_process_group_ranks(key)  # group rank -> global rank
-        row_ranks, col_ranks = tile(rank, rows, cols)
-        timeout = timedelta(seconds=pg_timeout_s())
-        made = [dist.new_group([members[r] for r in ranks], timeout=timeout,
-                               use_local_synchronization=True) if len(ranks) > 1 else None
-                for ranks in (row_ranks, col_ranks)]
-        cache[(rows, cols)] = tuple(made)
-    return cache[(rows, cols)]
-
-
 class _Log:
     """One record per collective in `stats` (None: nothing recorded), the ring's keys where they
     apply: step, rank, op, ranks (the group's ranks), comm_s, bytes_sent, bytes_recv."""
@@ -151,41 +125,65 @@ class _Log:
                                "bytes_sent": moved, "bytes_recv": moved})
 
 
-def _gather(x: torch.Tensor, lens: list[int], group, ranks: list[int], what: str, log: _Log):
-    """x `[..., L_r, D]` (sequence at dim -2) of every rank in `ranks` -> one tensor in their
-    order. Padded to the longest shard: each rank sends its block to, and receives one from,
-    each of the n - 1 others."""
+def _swap(send: torch.Tensor, peers: list[int], rank: int, world: int, group, what: str,
+          log: _Log) -> torch.Tensor:
+    """send `[n, ...]`: block k goes to peers[k] (ranks of `group`, ascending, this rank among
+    them); returns `[n, ...]` with block k from peers[k] (this rank's own block stays home).
+
+    One all_to_all over the whole group in which only the peers exchange (the others' splits are
+    zero): a row or column group's collective without a process group of its own. torch's
+    subgroups must be made by every rank of the world (new_group), or hang when mixed with those
+    (use_local_synchronization, torch 2.13), and a CP function may be called inside a subgroup."""
+    unit, me = send[0].numel(), peers.index(rank)
+    splits = [0] * world
+    for r in peers:
+        splits[r] = unit if r != rank else 0
+    payload = torch.cat([send[k].reshape(-1) for k in range(len(peers)) if k != me])
+    recv = payload.new_empty(payload.numel())
     t0 = time.perf_counter()
-    out = gather_uneven(x, lens, dim=x.dim() - 2, group=group, what=what)
-    per_token = math.prod(x.shape[:-2]) * x.shape[-1]  # elements per token (x may hold none)
-    log.add(f"all_gather ({what})", ranks, (len(lens) - 1) * max(lens) * per_token
-            * x.element_size(), t0)
+    with tracked(f"all_to_all_single ({what})", group=group):
+        dist.all_to_all_single(recv, payload, output_split_sizes=splits,
+                               input_split_sizes=splits, group=group)
+    log.add(what, peers, payload.numel() * payload.element_size(), t0)
+    out = torch.empty_like(send)
+    out[me] = send[me]
+    others = [k for k in range(len(peers)) if k != me]
+    for k, block in zip(others, recv.split(unit), strict=True):
+        out[k] = block.view(send.shape[1:])
     return out
 
 
-def _combine(o, lse, lens: list[int], j: int, group, ranks: list[int], log: _Log):
+def _gather(x: torch.Tensor, lens: list[int], peers: list[int], rank: int, world: int, group,
+            what: str, log: _Log) -> torch.Tensor:
+    """x `[..., L_r, D]` (sequence at dim -2) of every rank in `peers` -> one tensor, in their
+    order: an all-gather. Padded to the group's longest shard, so each rank sends its block to,
+    and receives one from, each of the n - 1 others, all of one size (as gloo's all-gather must:
+    the count is the ring's all-gather path's, byte for byte)."""
+    most = max(lens)
+    pad = x.new_zeros(*x.shape[:-2], most, x.shape[-1])
+    pad[..., :x.shape[-2], :] = x
+    got = _swap(pad.unsqueeze(0).expand(len(peers), *pad.shape), peers, rank, world, group,
+                f"all_gather ({what})", log)
+    return torch.cat([got[k][..., :n, :] for k, n in enumerate(lens)], dim=-2)
+
+
+def _combine(o, lse, lens: list[int], peers: list[int], rank: int, world: int, group, log):
     """Partials of the row's query block -> this rank's queries, merged.
 
     o `[B, H, sum(lens), D]`, lse `[B, H, sum(lens)]`: this rank's tile for every query of its
-    row; lens: the row ranks' query lengths; j: this rank's place in the row. One all-to-all of
-    `[cols, B, H, max(lens), D + 1]` (out with lse as its last column, accumulator dtype)."""
+    row; lens: the row ranks' query lengths. Each part travels as `[B, H, max(lens), D + 1]`
+    (out with lse as its last column, accumulator dtype) to the rank that owns those queries."""
     acc = accumulator_dtype(o.dtype)
     b, h, _, d = o.shape
-    most, cols = max(lens), len(lens)
-    send = torch.zeros(cols, b, h, most, d + 1, dtype=acc, device=o.device)
+    send = torch.zeros(len(lens), b, h, max(lens), d + 1, dtype=acc, device=o.device)
     for c, (part, plse) in enumerate(zip(o.split(lens, dim=2), lse.split(lens, dim=2),
                                          strict=True)):
         send[c, :, :, :lens[c], :d] = part
         send[c, :, :, :lens[c], d] = plse
-    recv = torch.empty_like(send)
-    t0 = time.perf_counter()
-    with tracked("all_to_all_single (partial out, lse -> owner)", group=group):
-        dist.all_to_all_single(recv.view(-1), send.view(-1), group=group)
-    log.add("all_to_all (out, lse)", ranks, (cols - 1) * send[0].numel() * send.element_size(),
-            t0)
-    mine = recv[:, :, :, :lens[j]]
+    mine = _swap(send, peers, rank, world, group, "all_to_all (out, lse)", log)
+    mine = mine[:, :, :, :lens[peers.index(rank)]]
     out, lse_acc = mine[0, ..., :d], mine[0, ..., d]
-    for c in range(1, cols):  # the owner merges the row's partials, in column order
+    for c in range(1, len(lens)):  # the owner merges the row's partials, in column order
         out, lse_acc = merge_attention(out, lse_acc, mine[c, ..., :d], mine[c, ..., d])
     return out
 
@@ -219,17 +217,15 @@ def attention_2d(q, k, v, grid=None, group=None, scale=None, stats=None):
     shapes = agree(group, q=q, k=k, v=v)
     kv_lens = check_agreed(q, k, v, shapes)
     q_lens = [s[2] for s in shapes["q"]]
-    row_g, col_g = _groups(group, rank, rows, cols)
-    row_ranks, col_ranks = tile(rank, rows, cols)
-    j = rank % cols
+    row, col = tile(rank, rows, cols)
     log = _Log(stats, rank)
-    row_lens = [q_lens[r] for r in row_ranks]
-    qb = _gather(q, row_lens, row_g, row_ranks, "Q", log) if cols > 1 else q
+    at = (rank, world, group)
+    qb = _gather(q, [q_lens[r] for r in row], row, *at, "Q", log) if cols > 1 else q
     kv = torch.stack([k, v])
     if rows > 1:
-        kv = _gather(kv, [kv_lens[r] for r in col_ranks], col_g, col_ranks, "K/V", log)
+        kv = _gather(kv, [kv_lens[r] for r in col], col, *at, "K/V", log)
     o, lse = attention_with_lse(qb, kv[0], kv[1], scale=scale)
-    del kv
+    del kv, qb
     if cols == 1:
         return o.to(q.dtype)
-    return _combine(o, lse, row_lens, j, row_g, row_ranks, log).to(q.dtype)
+    return _combine(o, lse, [q_lens[r] for r in row], row, *at, log).to(q.dtype)

@@ -1,6 +1,6 @@
 """Attention2D's arithmetic: grids, tiles, the one-process simulation and the bytes formulas.
 
-    python -m pytest tests/unit/test_tiling.py -q
+    python -m pytest tests/unit/test_tiling_grid.py -q
 
 The real processes are in tests/dist/test_tiling.py; here the tiles must cover the score matrix
 exactly once, the simulation must equal float64 attention on any size and grid (hypothesis), and
