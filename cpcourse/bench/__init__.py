@@ -10,6 +10,7 @@
     cpcourse bench vae --json             # the VAE decode on 2 ranks vs one process
     cpcourse bench approx --json          # approximate CP: motion, PSNR and bytes per method
     cpcourse bench gpu --json             # the prepared GPU check (--dry-run: on the CPU)
+    cpcourse bench tiling --json          # Attention2D on grids of 4 and 9 ranks: error, bytes
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -32,6 +33,7 @@ BENCHMARKS = {
     "vae": "the VAE decode split over 2 ranks vs one process: time and peak per rank",
     "approx": "approximate CP (naive, displaced, pipefusion, asyncdiff, fbcache) vs exact",
     "gpu": "the prepared GPU check: CUDA tests, kernel rates, real-size models vs the planner",
+    "tiling": "Attention2D on 1x4, 2x2, 4x1 and 3x3 grids: error vs one process, bytes vs formula",
 }
 
 

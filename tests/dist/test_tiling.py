@@ -132,3 +132,15 @@ def test_attention_2d_on_every_grid(world, cases_rng):
         elif lq == lk:  # the formula is the busiest rank's
             e = torch.tensor([], dtype=getattr(torch, dtype)).element_size()
             assert sent == tiling_bytes_per_rank("attn2d", lq, h, d, p, grid, e, b), (p, name, grid)
+
+
+def test_bench_tiling_reports_every_grid_with_exact_bytes():
+    from cpcourse.runs.tiling import TilingRequest, run
+
+    report = run(TilingRequest(grids=((1, 2), (2, 1)), tokens=5, heads=1, head_dim=4,
+                               dtype="fp64"))
+    assert [t["grid"] for t in report["tilings"]] == ["1x2", "2x1"]
+    for t in report["tilings"]:
+        assert set(t) >= {"max_abs_err", "tolerance", "within_tolerance", "bytes_per_rank",
+                          "predicted_bytes_per_rank", "seconds"}
+        assert t["within_tolerance"] and t["bytes_per_rank"] == t["predicted_bytes_per_rank"]

@@ -106,6 +106,8 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "bench approx": {**_refused("--seeds", "--steps", "--nproc"),
                               "--warmups": ["-1", "abc", "", "1,x"],
                               "--thresholds": ["-1", "nan", "abc", ""]},
+             "bench tiling": {**_refused("--tokens", "--heads", "--head-dim"),
+                              "--seed": SEEDS_REFUSED, "--grids": ["0x4", "2x", "abc", "", "9x9"]},
              "bench windows": _refused("--window", "--stride", "--seeds", "--steps"),
              "bench mesh": _refused("--frames", "--size", "--hidden", "--depth", "--steps",
                                     "--repeats")}

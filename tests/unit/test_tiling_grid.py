@@ -112,3 +112,14 @@ def test_bytes_formula_refuses_what_it_cannot_price():
         tiling_bytes_per_rank("zigzag", 10, 2, 4, 4)
     with pytest.raises(InputError, match="heads"):
         tiling_bytes_per_rank("ulysses", 10, 3, 4, 4)
+
+
+@pytest.mark.parametrize("argv,word", [(["--grids", "2by2"], "grids"),
+                                       (["--grids", "5x5"], "processes"),
+                                       (["--tokens", "0"], "tokens")])
+def test_bench_tiling_refuses_bad_flags_before_any_process(argv, word, capsys):
+    from cpcourse.cli import main
+
+    assert main(["bench", "tiling", *argv, "--json"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert word in err and "\n" not in err
