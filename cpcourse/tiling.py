@@ -78,31 +78,41 @@ def tile(rank: int, rows: int, cols: int) -> tuple[list[int], list[int]]:
     return row_groups[i], col_groups[j]
 
 
-def simulate_attention_2d(q, k, v, grid, scale=None) -> torch.Tensor:
+def merge_partials(outs: torch.Tensor, lses: torch.Tensor):
+    """outs `[C, B, H, L, D]`, lses `[C, B, H, L]`: C partial attentions of the same queries over
+    disjoint key sets -> (out, lse) over their union, merged in order with `merge_attention`
+    (what an owner does with its row's partials)."""
+    out, lse = outs[0], lses[0]
+    for c in range(1, outs.shape[0]):
+        out, lse = merge_attention(out, lse, outs[c], lses[c])
+    return out, lse
+
+
+def simulate_attention_2d(q, k, v, grid, scale=None, tiles=None, combine=None) -> torch.Tensor:
     """`attention_2d` in one process, for the whole sequence: q `[B, H, Lq, D]`, k and v
     `[B, H, Lk, D]` -> out `[B, H, Lq, D]`. The same tiles (sequence split like tensor_split over
-    rows x cols shards) and the same merge, in the same order, without the transfers."""
+    rows x cols shards) and the same merge, without the transfers. `tiles`: a list of (query
+    shards, key shards) per rank instead of `tile`'s; `combine`: a function like
+    `merge_partials` instead of it."""
     require(_two_ints(grid) and min(grid) >= 1,
             f"grid must be (rows, cols), two whole numbers >= 1, got {grid!r}")
-    rows, cols = grid
-    world = rows * cols
+    world = grid[0] * grid[1]
+    tiles = [tile(r, *grid) for r in range(world)] if tiles is None else tiles
     qs, ks, vs = (torch.tensor_split(x, world, dim=2) for x in (q, k, v))
-    parts = {}  # (query shard, column) -> (out, lse) of that shard's rows of the tile
-    for rank in range(world):
-        q_shards, kv_shards = tile(rank, rows, cols)
+    parts: dict[int, list] = {m: [] for m in range(world)}  # query shard -> its partials
+    for q_shards, kv_shards in tiles:
         o, lse = attention_with_lse(torch.cat([qs[m] for m in q_shards], dim=2),
                                     torch.cat([ks[m] for m in kv_shards], dim=2),
                                     torch.cat([vs[m] for m in kv_shards], dim=2), scale=scale)
         lens = [qs[m].shape[2] for m in q_shards]
         for m, po, pl in zip(q_shards, o.split(lens, dim=2), lse.split(lens, dim=2),
                              strict=True):
-            parts[m, rank % cols] = (po, pl)
+            parts[m].append((po.to(pl.dtype), pl))
     outs = []
     for m in range(world):
-        out, lse = parts[m, 0]
-        for c in range(1, cols):
-            out, lse = merge_attention(out, lse, *parts[m, c])
-        outs.append(out.to(q.dtype))
+        merged, _ = (combine or merge_partials)(torch.stack([p[0] for p in parts[m]]),
+                                                torch.stack([p[1] for p in parts[m]]))
+        outs.append(merged.to(q.dtype))
     return torch.cat(outs, dim=2)
 
 
@@ -182,10 +192,7 @@ def _combine(o, lse, lens: list[int], peers: list[int], rank: int, world: int, g
         send[c, :, :, :lens[c], d] = plse
     mine = _swap(send, peers, rank, world, group, "all_to_all (out, lse)", log)
     mine = mine[:, :, :, :lens[peers.index(rank)]]
-    out, lse_acc = mine[0, ..., :d], mine[0, ..., d]
-    for c in range(1, len(lens)):  # the owner merges the row's partials, in column order
-        out, lse_acc = merge_attention(out, lse_acc, mine[c, ..., :d], mine[c, ..., d])
-    return out
+    return merge_partials(mine[..., :d], mine[..., d])[0]  # the row's partials, column order
 
 
 def squarest_grid(world: int) -> tuple[int, int]:
