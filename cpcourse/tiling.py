@@ -26,14 +26,21 @@ The degenerate grids are the familiar algorithms:
 Ulysses tiles by heads instead (each rank the whole matrix for H/P heads); USP is Ulysses inside a
 ring. `cpcourse.planner.costs.tiling_bytes_per_rank` gives each one's bytes per rank.
 
-Gloo cannot gather unequal sizes, so every message is padded to the longest shard: each rank
-moves the same bytes. The partial outputs travel in float32 (float64 for float64 inputs) with the
+On the whole world the grid's rows and columns are process groups of their own, made once per
+grid (new_group is collective over the world). Called inside a subgroup, where the other ranks
+of the world cannot join new_group, the same exchanges run as one all-to-all over the subgroup
+with zero-sized parts for the ranks outside the row or column (torch's locally synchronised
+subgroups were tried: on torch 2.13 they time out after a one-rank group is made). Gloo cannot
+gather unequal sizes, so every message is padded to the longest shard of its group. The partial outputs travel in float32 (float64 for float64 inputs) with the
 lse as one more column, so the merge never rounds to half precision in between.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
+from dataclasses import dataclass
+from datetime import timedelta
 
 import torch
 import torch.distributed as dist
@@ -43,11 +50,17 @@ from cpcourse.support.agreement import check_agreed
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.groups import (
     agree,
+    all_gather_single,
     forward_only,
+    pg_timeout_s,
     require_group,
     tracked,
 )
 from cpcourse.support.qkv import attention_scale
+
+# world group -> {(rows, cols): {ranks: process group}}. Weak keys: a destroyed world takes its
+# groups along, and a new one starts empty.
+_GROUPS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def check_grid(grid, world: int) -> tuple[int, int]:
@@ -135,49 +148,85 @@ class _Log:
                                "bytes_sent": moved, "bytes_recv": moved})
 
 
-def _swap(send: torch.Tensor, peers: list[int], rank: int, world: int, group, what: str,
-          log: _Log) -> torch.Tensor:
-    """send `[n, ...]`: block k goes to peers[k] (ranks of `group`, ascending, this rank among
+@dataclass
+class _At:
+    """Where a call runs: this rank, the group's size, the group, the grid's row and column
+    process groups by their ranks (empty inside a subgroup), and the stats log."""
+
+    rank: int
+    world: int
+    group: object
+    groups: dict
+    log: _Log
+
+
+def _grid_groups(rows: int, cols: int) -> dict:
+    """The world's row and column process groups of a rows x cols grid, {ranks: group}, made on
+    first use and cached. new_group is collective over the whole world: every rank makes every
+    row group and then every column group, in one order (as `cpcourse.mesh` does). Inside a
+    subgroup the other ranks are not here to make them, so there `_swap` does without."""
+    cache = _GROUPS.setdefault(dist.group.WORLD, {})  # a new world starts a new cache
+    if (rows, cols) not in cache:
+        timeout = timedelta(seconds=pg_timeout_s())
+        cache[rows, cols] = {tuple(ranks): dist.new_group(ranks, timeout=timeout)
+                             for groups in grid_groups(rows, cols) for ranks in groups
+                             if len(ranks) > 1}
+    return cache[rows, cols]
+
+
+def _swap(send: torch.Tensor, peers: list[int], at: _At, what: str) -> torch.Tensor:
+    """send `[n, ...]`: block k goes to peers[k] (ranks of the group, ascending, this rank among
     them); returns `[n, ...]` with block k from peers[k] (this rank's own block stays home).
 
-    One all_to_all over the whole group in which only the peers exchange (the others' splits are
-    zero): a row or column group's collective without a process group of its own. torch's
-    subgroups must be made by every rank of the world (new_group), or hang when mixed with those
-    (use_local_synchronization, torch 2.13), and a CP function may be called inside a subgroup."""
-    unit, me = send[0].numel(), peers.index(rank)
-    splits = [0] * world
-    for r in peers:
-        splits[r] = unit if r != rank else 0
-    payload = torch.cat([send[k].reshape(-1) for k in range(len(peers)) if k != me])
-    recv = payload.new_empty(payload.numel())
+    With the peers' own process group: one all_to_all in it. Without (a call inside a subgroup):
+    one all_to_all over the whole group in which only the peers exchange, the others' splits
+    zero. Either way each rank sends n - 1 blocks and receives n - 1."""
+    unit, me = send[0].numel(), peers.index(at.rank)
+    moved = (len(peers) - 1) * unit * send.element_size()
+    recv = torch.empty_like(send)
     t0 = time.perf_counter()
-    with tracked(f"all_to_all_single ({what})", group=group):
-        dist.all_to_all_single(recv, payload, output_split_sizes=splits,
-                               input_split_sizes=splits, group=group)
-    log.add(what, peers, payload.numel() * payload.element_size(), t0)
-    out = torch.empty_like(send)
-    out[me] = send[me]
-    others = [k for k in range(len(peers)) if k != me]
-    for k, block in zip(others, recv.split(unit), strict=True):
-        out[k] = block.view(send.shape[1:])
-    return out
+    pg = at.groups.get(tuple(peers))
+    with tracked(f"all_to_all_single ({what})", group=pg or at.group):
+        if pg is not None:
+            dist.all_to_all_single(recv.view(-1), send.contiguous().view(-1), group=pg)
+        else:
+            splits = [unit if r in peers and r != at.rank else 0 for r in range(at.world)]
+            payload = torch.cat([send[k].reshape(-1) for k in range(len(peers)) if k != me])
+            got = payload.new_empty(payload.numel())
+            dist.all_to_all_single(got, payload, output_split_sizes=splits,
+                                   input_split_sizes=splits, group=at.group)
+            recv[me] = send[me]
+            others = [k for k in range(len(peers)) if k != me]
+            for k, block in zip(others, got.split(unit), strict=True):
+                recv[k] = block.view(send.shape[1:])
+    at.log.add(what, peers, moved, t0)
+    return recv
 
 
-def _gather(x: torch.Tensor, lens: list[int], peers: list[int], rank: int, world: int, group,
-            what: str, log: _Log) -> torch.Tensor:
+def _gather(x: torch.Tensor, lens: list[int], peers: list[int], at: _At, what: str):
     """x `[..., L_r, D]` (sequence at dim -2) of every rank in `peers` -> one tensor, in their
-    order: an all-gather. Padded to the group's longest shard, so each rank sends its block to,
-    and receives one from, each of the n - 1 others, all of one size (as gloo's all-gather must:
-    the count is the ring's all-gather path's, byte for byte)."""
+    order: an all-gather (in the peers' process group when there is one). Padded to the group's
+    longest shard, so each rank sends its block to, and receives one from, each of the n - 1
+    others, all of one size (as gloo's all-gather must: the count is the ring's all-gather
+    path's, byte for byte)."""
     most = max(lens)
     pad = x.new_zeros(*x.shape[:-2], most, x.shape[-1])
     pad[..., :x.shape[-2], :] = x
-    got = _swap(pad.unsqueeze(0).expand(len(peers), *pad.shape), peers, rank, world, group,
-                f"all_gather ({what})", log)
+    pg = at.groups.get(tuple(peers))
+    if pg is None:
+        got = _swap(pad.unsqueeze(0).expand(len(peers), *pad.shape), peers, at,
+                    f"all_gather ({what})")
+    else:
+        got = pad.new_empty(len(peers), *pad.shape)
+        t0 = time.perf_counter()
+        with tracked(f"all_gather ({what})", group=pg):
+            all_gather_single(got, pad, group=pg)
+        at.log.add(f"all_gather ({what})", peers,
+                   (len(peers) - 1) * pad.numel() * pad.element_size(), t0)
     return torch.cat([got[k][..., :n, :] for k, n in enumerate(lens)], dim=-2)
 
 
-def _combine(o, lse, lens: list[int], peers: list[int], rank: int, world: int, group, log):
+def _combine(o, lse, lens: list[int], peers: list[int], at: _At):
     """Partials of the row's query block -> this rank's queries, merged.
 
     o `[B, H, sum(lens), D]`, lse `[B, H, sum(lens)]`: this rank's tile for every query of its
@@ -190,8 +239,8 @@ def _combine(o, lse, lens: list[int], peers: list[int], rank: int, world: int, g
                                          strict=True)):
         send[c, :, :, :lens[c], :d] = part
         send[c, :, :, :lens[c], d] = plse
-    mine = _swap(send, peers, rank, world, group, "all_to_all (out, lse)", log)
-    mine = mine[:, :, :, :lens[peers.index(rank)]]
+    mine = _swap(send, peers, at, "all_to_all (out, lse)")
+    mine = mine[:, :, :, :lens[peers.index(at.rank)]]
     return merge_partials(mine[..., :d], mine[..., d])[0]  # the row's partials, column order
 
 
@@ -225,14 +274,14 @@ def attention_2d(q, k, v, grid=None, group=None, scale=None, stats=None):
     kv_lens = check_agreed(q, k, v, shapes)
     q_lens = [s[2] for s in shapes["q"]]
     row, col = tile(rank, rows, cols)
-    log = _Log(stats, rank)
-    at = (rank, world, group)
-    qb = _gather(q, [q_lens[r] for r in row], row, *at, "Q", log) if cols > 1 else q
+    whole = group is None or group == dist.group.WORLD  # only there can the grid's groups be made
+    at = _At(rank, world, group, _grid_groups(rows, cols) if whole else {}, _Log(stats, rank))
+    qb = _gather(q, [q_lens[r] for r in row], row, at, "Q") if cols > 1 else q
     kv = torch.stack([k, v])
     if rows > 1:
-        kv = _gather(kv, [kv_lens[r] for r in col], col, *at, "K/V", log)
+        kv = _gather(kv, [kv_lens[r] for r in col], col, at, "K/V")
     o, lse = attention_with_lse(qb, kv[0], kv[1], scale=scale)
     del kv, qb
     if cols == 1:
         return o.to(q.dtype)
-    return _combine(o, lse, [q_lens[r] for r in row], row, *at, log).to(q.dtype)
+    return _combine(o, lse, [q_lens[r] for r in row], row, at).to(q.dtype)
