@@ -31,8 +31,9 @@ grid (new_group is collective over the world). Called inside a subgroup, where t
 of the world cannot join new_group, the same exchanges run as one all-to-all over the subgroup
 with zero-sized parts for the ranks outside the row or column (torch's locally synchronised
 subgroups were tried: on torch 2.13 they time out after a one-rank group is made). Gloo cannot
-gather unequal sizes, so every message is padded to the longest shard of its group. The partial outputs travel in float32 (float64 for float64 inputs) with the
-lse as one more column, so the merge never rounds to half precision in between.
+gather unequal sizes, so every message is padded to the longest shard of its group. The partial
+outputs travel in float32 (float64 for float64 inputs) with the lse as one more column, so the
+merge never rounds to half precision in between.
 """
 
 from __future__ import annotations
