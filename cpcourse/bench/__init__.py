@@ -11,6 +11,7 @@
     cpcourse bench approx --json          # approximate CP: motion, PSNR and bytes per method
     cpcourse bench gpu --json             # the prepared GPU check (--dry-run: on the CPU)
     cpcourse bench sparse --json          # sparse attention under CP: work, balance, bytes
+    cpcourse bench tiling --json          # Attention2D on grids of 4 and 9 ranks: error, bytes
 
 Each benchmark lives in `cpcourse/bench/<name>.py` and exposes `main(argv) -> int`.
 """
@@ -34,6 +35,7 @@ BENCHMARKS = {
     "approx": "approximate CP (naive, displaced, pipefusion, asyncdiff, fbcache) vs exact",
     "gpu": "the prepared GPU check: CUDA tests, kernel rates, real-size models vs the planner",
     "sparse": "sparse attention under CP: error, work, imbalance and bytes per method x mask",
+    "tiling": "Attention2D on 1x4, 2x2, 4x1 and 3x3 grids: error vs one process, bytes vs formula",
 }
 
 

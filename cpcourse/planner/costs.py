@@ -210,3 +210,61 @@ def comm_dtype_scale(comm_dtype: str, head_dim: int, dtype: str = "bf16") -> flo
     d = positive_int("head_dim", head_dim)
     per_value = {"fp32": 4.0, "bf16": 2.0, "fp8": 1.0 + 2.0 / d, "fp8-tensor": 1.0}[comm_dtype]
     return per_value / nbytes(canonical(dtype, CALCULATOR_DTYPES))
+
+
+TILINGS = ("ring", "allgather", "ulysses", "usp", "attn2d")
+
+
+def tiling_bytes_per_rank(method: str, tokens: int, heads: int, head_dim: int, world: int,
+                          grid: tuple[int, int] | None = None, dtype_bytes: int = 2,
+                          batch: int = 1) -> int:
+    """Bytes the busiest rank sends in one attention call of `tokens` tokens (self-attention,
+    split like tensor_split over `world` ranks), exactly as the course's code moves them.
+
+    ring        P - 1 hops, each passing on the K/V block held: max over ranks 2 E (S - S // P)
+    allgather   K/V padded to ceil(S / P), sent to P - 1 ranks: 2 E (P - 1) ceil(S / P)
+    ulysses     q, k, v minus my head group, the output back: (E / P) (3 (P - 1) L + S - L),
+                L = ceil(S / P) (`cpcourse.ulysses`); P must divide the heads
+    usp         grid = (ring, ulysses): Ulysses inside its group, then the ring over the groups'
+                blocks with H / U heads (`cpcourse.mesh.usp_elements`), worst rank
+    attn2d      grid = (rows, cols) (`cpcourse.tiling`): Q to the row, K/V to the column, then
+                (out, lse) home in float32 (float64 for 8-byte inputs):
+                (cols - 1) L E + 2 (rows - 1) L E + (cols - 1) L B H (D + 1) acc, L = ceil(S / P)
+    where E = batch x heads x head_dim x dtype_bytes, bytes per token of one tensor.
+    """
+    require(method in TILINGS, f"method must be one of {', '.join(TILINGS)}, got {method!r}")
+    tokens, world = positive_int("tokens", tokens, allow_zero=True), positive_int("world", world)
+    heads, head_dim = positive_int("heads", heads), positive_int("head_dim", head_dim)
+    b, batch = positive_int("dtype_bytes", dtype_bytes), positive_int("batch", batch)
+    per_token = batch * heads * head_dim * b
+    lens, most = shard_sizes(tokens, world), -(-tokens // world)
+    if method == "ring":
+        return 2 * per_token * (tokens - min(lens))
+    if method == "allgather":
+        return 2 * per_token * (world - 1) * most
+    if method == "ulysses":
+        require(heads % world == 0, f"ulysses: {world} ranks do not divide the {heads} heads")
+        return per_token // world * (3 * (world - 1) * most + tokens - most)
+    require(isinstance(grid, (tuple, list)) and len(grid) == 2 and grid[0] * grid[1] == world,
+            f"{method} needs grid = two degrees whose product is the world {world}, got {grid!r}")
+    if method == "usp":
+        return _usp_bytes(lens, per_token, heads, grid)
+    rows, cols = grid
+    acc = 8 if b == 8 else 4
+    return ((cols - 1) * most * per_token + 2 * (rows - 1) * most * per_token
+            + (cols - 1) * most * batch * heads * (head_dim + 1) * acc)
+
+
+def _usp_bytes(lens: list[int], per_token: int, heads: int, grid) -> int:
+    """USP's worst rank (`cpcourse.mesh.usp_elements`, per token of one tensor `per_token`)."""
+    ring, u = grid
+    require(heads % u == 0, f"usp: ulysses {u} does not divide the {heads} heads")
+    per = per_token // u  # bytes per token of one tensor with H / U heads
+    blocks = [sum(lens[g * u:(g + 1) * u]) for g in range(ring)]
+    worst = 0
+    for rank, n in enumerate(lens):
+        g = rank // u
+        a2a = per * (3 * (u - 1) * n + blocks[g] - n) if u > 1 else 0
+        hops = sum(2 * per * blocks[(g - s) % ring] for s in range(ring - 1))
+        worst = max(worst, a2a + hops)
+    return worst

@@ -25,6 +25,10 @@ the N tokens, the model's `hidden` split over T tp ranks:
                exposed (xDiT and yunchang wait on them)
     ring       R - 1 hops of K/V, 2 x n hidden / T x 2 bytes each, overlapped with that block's
                attention: only what the hop takes longer is exposed
+    attn2d     a layout's `attn2d` = "RxC" runs the ring dim as an Attention2D grid instead: the
+               bytes of `cpcourse.planner.costs.tiling_bytes_per_rank("attn2d", ...)` for the
+               whole sequence with H / (U T) heads on R x C ranks, per layer, all exposed (no
+               published engine overlaps them yet: TRT-LLM blog 25); C - 1 merges, not R - 1
     tp         the all-reduces each block really has (cross-attention blocks 3, joint blocks 2,
                HunyuanVideo's single-stream blocks 1), 2 (T - 1) / T x n hidden x 2 bytes, exposed
     fsdp       weights sharded over all GPUs (Wan's --dit_fsdp): each layer's weights gathered
@@ -50,6 +54,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from cpcourse.planner.costs import tiling_bytes_per_rank
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
@@ -135,7 +140,8 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     attn_flops = layers * 4 * n * n_seq * h / t + (layers * 4 * n * n_text * h / t if cross else 0)
     linear_s, attn_s = linear_flops / matmul, (attn_flops / attn_rate if eff else math.inf)
     hbm = gpu.hbm_tbps * 1e12
-    merge_s = layers * (r - 1) * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
+    folds = layout.grid[1] - 1 if layout.grid else r - 1  # a grid's owner merges C partials
+    merge_s = layers * folds * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
     # norms, modulations, rotary, activations: memory-bound, at a copy's share of HBM (TP splits
     # some of these tensors and not others: not divided, an upper bound under TP)
     elem_s = elem_bytes / (hbm * copy_efficiency()[0])
@@ -156,6 +162,7 @@ class Communication:
     cfg_exchange: float  # per step, not per forward
     links: dict
     tp_all_reduces_per_forward: int
+    attn2d: float = 0.0  # the grid's gathers and all-to-all, exposed (a ring layout: 0)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -173,8 +180,12 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     tp_link = link_for(t, gpus_per_node, gpu)
     world_link = link_for(world, gpus_per_node, gpu)
     uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
-    ring_s = 0.0
-    if r > 1:
+    ring_s = attn2d_s = 0.0
+    if layout.grid:
+        moved = tiling_bytes_per_rank("attn2d", tok.sequence_length, model.heads // (u * t),
+                                      h // model.heads, r, layout.grid, BYTES)
+        attn2d_s = layers * moved / (ring_link.effective_gbps * 1e9)
+    elif r > 1:
         hop = 2 * n * h / t * BYTES / (ring_link.effective_gbps * 1e9)
         block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
                  else math.inf)
@@ -189,12 +200,15 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
         fsdp_s = layers * max(0.0, gather - layer_compute)
     latent = tok.latent_frames * tok.latent_height * tok.latent_width * model.latent_channels
     cfg_s = latent * BYTES / (world_link.effective_gbps * 1e9) if c == 2 else 0.0
-    links = {"ulysses": uly_link.id if u > 1 else None, "ring": ring_link.id if r > 1 else None,
+    links = {"ulysses": uly_link.id if u > 1 else None,
+             "ring": ring_link.id if r > 1 and not layout.grid else None,
              "tp": tp_link.id if t > 1 else None, "cfg": world_link.id if c == 2 else None,
              "fsdp": world_link.id if fsdp and world > 1 else None}
+    if layout.grid:
+        links["attn2d"] = ring_link.id
     return Communication(ulysses=uly_s, ring_exposed=ring_s, tp_allreduce=tp_s,
                          fsdp_exposed=fsdp_s, cfg_exchange=cfg_s, links=links,
-                         tp_all_reduces_per_forward=reduces if t > 1 else 0)
+                         tp_all_reduces_per_forward=reduces if t > 1 else 0, attn2d=attn2d_s)
 
 
 @dataclass(frozen=True)
@@ -245,6 +259,9 @@ def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
                    else weights / t)
     acts = n * (3 * h + (3 * h + model.ffn) / t) * BYTES
     ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
+    if layout.grid:  # the gathered Q (C shards) and K/V (R shards), the partials in fp32
+        rows, cols = layout.grid
+        ring_buf = (cols + 2 * rows) * n * h / t * BYTES + cols * n * h / t * 4
     a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
     pipe = phases(model, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
                   shards=world if sharded else 1, released=released, residency=residency,
@@ -274,6 +291,8 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
                    "ring_merge": comp.ring_merge, "ulysses": comm.ulysses,
                    "ring_exposed": comm.ring_exposed, "tp_allreduce": comm.tp_allreduce,
                    "fsdp_exposed": comm.fsdp_exposed, "elementwise": comp.elementwise}
+    if layout.grid:  # a new key only where it applies: ring layouts keep their keys as they were
+        per_forward["attn2d"] = comm.attn2d
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
     prompts = 2 if model.cfg_forwards == 2 else 1
     once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts,

@@ -22,7 +22,7 @@ from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.support.errors import InputError, positive_int, require
-from cpcourse.support.layout import MAX_WORLD, Layout, layouts
+from cpcourse.support.layout import MAX_WORLD, Layout, layouts, with_attn2d
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
 NOT_COUNTED = "not counted (no size recorded)"  # never printed as 0.0 GB or 0 s
@@ -115,7 +115,7 @@ def _why(best: dict, other: dict) -> str:
     """The term that costs `other` the most against `best`, per step."""
     a, b = best["breakdown"]["per_forward_seconds"], other["breakdown"]["per_forward_seconds"]
     fa, fb = best["forwards_per_step"], other["forwards_per_step"]
-    diffs = {k: fb * b[k] - fa * a[k] for k in a}
+    diffs = {k: fb * b.get(k, 0.0) - fa * a.get(k, 0.0) for k in {**a, **b}}
     if not other["fits"] and best["fits"]:
         return "does not fit in the GPU's memory"
     term = max(diffs, key=diffs.get)
@@ -157,16 +157,17 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     if layout is not None:
         require(isinstance(layout, str | Layout), f"layout must be a Layout or a string like "
                 f"'ring=2,ulysses=4', got {layout!r}")
-        lay = Layout.parse(layout) if isinstance(layout, str) else layout
+        lay = Layout.parse(layout, attn2d=True) if isinstance(layout, str) else layout
         if lay.world != gpus:
             raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "
                              "degrees must multiply to the GPU count")
         one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
+                                                     *_grid_lines(m, tok, one),
                                                      _memory_line(one, g), *_once_lines(one)]
         return Plan(**head, best=one, reasoning=why)
     every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
-             for lay in layouts(gpus, None, cfg=m.cfg_forwards == 2)]
+             for lay in _searched(gpus, m)]
     valid = [c for c in every if c["valid"]]
     if not valid:
         raise InputError(f"no layout of {gpus} GPUs is valid for {m.id}: "
@@ -202,6 +203,13 @@ def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder)
     require(not offload or decode_working_bytes(m, tok, BF16) is not None, f"offload: {m.id} "
             "has no text-encoder size and no decode working set in the facts, so the decode "
             "never outgrows the denoise and offloading has no effect: drop offload")
+
+
+def _searched(gpus: int, m) -> list[Layout]:
+    """Every layout of the GPUs, and each whose CP ring has 4 or more ranks once more per
+    Attention2D grid of them (`with_attn2d`): where the ring is long, the grid moves less."""
+    found = layouts(gpus, None, cfg=m.cfg_forwards == 2)
+    return found + [g for lay in found if lay.ring >= 4 for g in with_attn2d(lay)]
 
 
 def _checked_counts(gpus, nodes, steps) -> tuple[int, int, int]:
@@ -253,11 +261,13 @@ def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     if tie:
         out.append("A tie (within 2%) with " + ", ".join(str(Layout(**t["layout"])) for t in tie)
                    + ": the model cannot tell them apart; pick by what else you need.")
-    comm = {k: per[k] for k in ("ulysses", "ring_exposed", "tp_allreduce", "fsdp_exposed")}
+    comm = {k: per.get(k, 0.0) for k in ("ulysses", "ring_exposed", "attn2d", "tp_allreduce",
+                                        "fsdp_exposed")}
     top = max(comm, key=comm.get)
     out.append(f"Largest communication term: {top} {comm[top]:.3g} s per forward"
                + (f" over {best['links'][top.split('_')[0]]}" if best["links"].get(
                    top.split("_")[0]) else "") + ".")
+    out += _grid_lines(m, tok, best)
     out.append(_memory_line(best, g)
                + (" Nothing fits: add GPUs, TP or FSDP, or offload." if none_fit else ""))
     return out + _once_lines(best)
@@ -293,3 +303,35 @@ def _once_lines(c: dict) -> list[str]:
                      f"{c['vae_decode_working_bytes'] / 1e9:.1f} GB.")
     lines.append(f"Serial part (no GPU count shortens it): {c['serial_seconds']:.3g} s.")
     return lines
+
+
+def _grid_lines(m, tok, best: dict) -> list[str]:
+    """When the CP axis is long (4+ ranks): ring or Attention2D, which won and why. The ring's
+    bytes per rank stay ~2x the sequence's K/V whatever R; the grid's fall as 1/sqrt(R), but
+    the grid cannot hide them behind compute, so it wins where few heads are left for Ulysses
+    (a long CP axis) and that axis sits in one NVLink domain."""
+    from cpcourse.planner.costs import tiling_bytes_per_rank
+
+    lay = Layout(**best["layout"])
+    if lay.ring < 4:
+        return []
+    heads, d = m.heads // (lay.ulysses * lay.tp), m.hidden // m.heads
+    ring_b = tiling_bytes_per_rank("ring", tok.sequence_length, heads, d, lay.ring)
+    rows = int(lay.ring ** 0.5)
+    while lay.ring % rows:
+        rows -= 1
+    grid = lay.grid or (lay.ring // rows, rows)
+    grid_b = tiling_bytes_per_rank("attn2d", tok.sequence_length, heads, d, lay.ring, grid)
+    cap = f"Ulysses stops at {lay.ulysses} of {m.heads} heads"
+    if lay.grid:
+        return [f"Attention2D on the CP axis: {cap} (the rest of the GPUs must split the "
+                f"sequence), and its {lay.ring} ranks share {best['links']['attn2d']}, where "
+                f"the {lay.attn2d} grid sends {grid_b / 1e9:.2f} GB per rank per layer against "
+                f"the ring's {ring_b / 1e9:.2f} GB (a ring's bytes do not shrink with its "
+                "length; a grid's fall as 1/sqrt(R))."]
+    return [f"A ring of {lay.ring}: {cap}; its hops hide behind the attention they carry "
+            f"({best['breakdown']['per_forward_seconds']['ring_exposed']:.3g} s exposed per "
+            f"forward), which Attention2D's collectives cannot (no engine overlaps them yet), "
+            f"though a {grid[0]}x{grid[1]} grid would send {grid_b / 1e9:.2f} GB per rank per "
+            f"layer, not {ring_b / 1e9:.2f}. Where the hops stop hiding (short blocks, per-hop "
+            "costs this model leaves out), the grid wins inside one NVLink domain."]

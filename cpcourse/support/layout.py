@@ -21,14 +21,23 @@ MAX_WORLD = 4096  # ranks in one layout: the planner enumerates every layout up 
 
 @dataclass(frozen=True)
 class Layout:
-    """Degrees of the four mesh dims; their product is the world size."""
+    """Degrees of the four mesh dims; their product is the world size. `attn2d` = "RxC" (the
+    planner only): the ring dim's R x C ranks run Attention2D on that grid instead of a ring
+    (`cpcourse.tiling`), so ring = R x C."""
 
     cfg: int = 1
     ring: int = 1
     ulysses: int = 1
     tp: int = 1
+    attn2d: str | None = None
 
     def __post_init__(self):
+        if self.attn2d is not None:
+            m = re.fullmatch(r"(\d{1,4})x(\d{1,4})", str(self.attn2d))
+            require(m is not None and min(int(m.group(1)), int(m.group(2))) >= 1,
+                    f"attn2d must be RxC, e.g. 3x3, got {self.attn2d!r}")
+            require(int(m.group(1)) * int(m.group(2)) == self.ring, f"attn2d {self.attn2d} "
+                    f"needs ring = {int(m.group(1)) * int(m.group(2))} ranks, got ring={self.ring}")
         for name in DIMS:
             value = getattr(self, name)
             require(isinstance(value, int) and not isinstance(value, bool)
@@ -50,8 +59,19 @@ class Layout:
     def shape(self) -> tuple[int, int, int, int]:
         return (self.cfg, self.ring, self.ulysses, self.tp)
 
+    @property
+    def grid(self) -> tuple[int, int] | None:
+        """(rows, cols) of the Attention2D grid, or None (a ring, or no CP axis)."""
+        if self.attn2d is None:
+            return None
+        rows, cols = self.attn2d.split("x")
+        return int(rows), int(cols)
+
     def as_dict(self) -> dict:
-        return asdict(self)
+        out = asdict(self)
+        if self.attn2d is None:  # the four dims, as before Attention2D
+            del out["attn2d"]
+        return out
 
     def coords(self, rank: int) -> dict[str, int]:
         """Mesh coordinates of global `rank`: {"cfg": c, "ring": r, "ulysses": u, "tp": t}."""
@@ -62,20 +82,32 @@ class Layout:
         return {name: out[name] for name in DIMS}
 
     def __str__(self) -> str:
-        parts = [f"{n}{getattr(self, n)}" for n in DIMS if getattr(self, n) > 1]
+        parts = [f"attn2d {self.attn2d}" if n == "ring" and self.attn2d
+                 else f"{n}{getattr(self, n)}" for n in DIMS if getattr(self, n) > 1]
         return " x ".join(parts) or "one rank"
 
     @classmethod
-    def parse(cls, text: str) -> Layout:
-        """"cfg=2,ulysses=2" -> Layout(cfg=2, ulysses=2); dims left out are 1."""
+    def parse(cls, text: str, attn2d: bool = False) -> Layout:
+        """"cfg=2,ulysses=2" -> Layout(cfg=2, ulysses=2); dims left out are 1. With `attn2d`
+        (the planner), "attn2d=3x3" replaces the ring by a 3x3 Attention2D grid (ring = 9)."""
         require(isinstance(text, str) and text.strip(),
                 "layout: give dims as cfg=C,ring=R,ulysses=U,tp=T (any subset)")
-        values: dict[str, int] = {}
+        values: dict = {}
         for part in text.split(","):
+            grid = re.fullmatch(r"\s*attn2d\s*=\s*(\d{1,4})\s*x\s*(\d{1,4})\s*", part)
+            if grid is not None:
+                require(attn2d, f"layout {text!r}: attn2d is priced by `cpcourse plan` only; "
+                        "processes run it in `cpcourse bench tiling`")
+                require("attn2d" not in values and "ring" not in values,
+                        f"layout {text!r}: give attn2d=RxC or ring=N, once")
+                rows, cols = int(grid.group(1)), int(grid.group(2))
+                values.update(attn2d=f"{rows}x{cols}", ring=rows * cols)
+                continue
             m = re.fullmatch(r"\s*([a-z]+)\s*=\s*(\d{1,4})\s*", part)
             require(m is not None and m.group(1) in DIMS,
                     f"layout {text!r}: each part must be NAME=N with NAME one of "
-                    f"{', '.join(DIMS)}, got {part.strip()!r}")
+                    f"{', '.join(DIMS)}" + (" (or attn2d=RxC)" if attn2d else "")
+                    + f", got {part.strip()!r}")
             require(m.group(1) not in values, f"layout {text!r}: {m.group(1)} given twice")
             values[m.group(1)] = int(m.group(2))
         return cls(**values)
@@ -111,6 +143,14 @@ def _heads(heads):
 def _listing(options: list[Layout], limit: int = 8) -> str:
     text = "; ".join(str(o) for o in options[:limit])
     return text + (f"; and {len(options) - limit} more" if len(options) > limit else "")
+
+
+def with_attn2d(layout: Layout) -> list[Layout]:
+    """The layout with its ring of R ranks run as each Attention2D grid of R with both sides
+    >= 2 (a side of 1 is the all-gather, not a grid): ring=9 -> attn2d 3x3; ring=8 -> 2x4, 4x2."""
+    r = layout.ring
+    return [Layout(cfg=layout.cfg, ring=r, ulysses=layout.ulysses, tp=layout.tp,
+                   attn2d=f"{a}x{r // a}") for a in divisors(r) if 2 <= a <= r // 2]
 
 
 def check_layout(layout: Layout, world: int | None = None, heads: int | None = None) -> Layout:

@@ -53,7 +53,8 @@ STEP_VIDEO_XDIT_H20 = {
 
 PARTS = {"linear": ("linear",), "attention": ("attention", "ring_merge"),
          "element-wise": ("elementwise",),
-         "exposed communication": ("ulysses", "ring_exposed", "tp_allreduce", "fsdp_exposed")}
+         "exposed communication": ("ulysses", "ring_exposed", "tp_allreduce", "fsdp_exposed",
+                                   "attn2d")}
 
 
 def video_parts(c: dict) -> dict[str, float]:
@@ -63,7 +64,7 @@ def video_parts(c: dict) -> dict[str, float]:
     per_step = c["seconds_per_step"]
     steps = steps_s / per_step if per_step else 0.0
     per_forward = c["breakdown"]["per_forward_seconds"]
-    out = {name: steps * c["forwards_per_step"] * sum(per_forward[k] for k in keys)
+    out = {name: steps * c["forwards_per_step"] * sum(per_forward.get(k, 0.0) for k in keys)
            for name, keys in PARTS.items()}
     out["exposed communication"] += steps * c["breakdown"]["cfg_exchange_seconds"]
     out["fixed"] = c["seconds_fixed"]

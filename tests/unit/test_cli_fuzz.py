@@ -61,7 +61,8 @@ FLAGS = {
              "--width": INTS, "--frames": INTS, "--gpu": st.sampled_from(WORDS["--gpu"]),
              "--steps": INTS, "--kernel": st.sampled_from(["auto", "fa2", "fa3", "sdpa", "x"]),
              "--layout": st.sampled_from(["cfg=2,ulysses=4", "ring=8", "tp=3", "ring=0", "x=2",
-                                          "", "ulysses=2,ring=2,tp=2"]),
+                                          "", "ulysses=2,ring=2,tp=2",
+                                          "cfg=2,attn2d=2x2", "attn2d=3x"]),
              "--objective": st.sampled_from(["latency", "throughput", "x", ""]),
              "--max-seconds": FLOATS,
              "--text-encoder": st.sampled_from(["resident", "freed", "cpu", "own-gpu", "x"]),
@@ -121,6 +122,8 @@ LAUNCHING = {"demo": _refused("--nproc", "--seq-len", "--heads", "--head-dim", "
              "bench approx": {**_refused("--seeds", "--steps", "--nproc"),
                               "--warmups": ["-1", "abc", "", "1,x", "99999999999999999999"],
                               "--thresholds": ["-1", "nan", "abc", ""]},
+             "bench tiling": {**_refused("--tokens", "--heads", "--head-dim"),
+                              "--seed": SEEDS_REFUSED, "--grids": ["0x4", "2x", "abc", "", "9x9"]},
              "bench windows": _refused("--window", "--stride", "--seeds", "--steps"),
              "bench mesh": _refused("--frames", "--size", "--hidden", "--depth", "--steps",
                                     "--repeats")}

@@ -28,7 +28,7 @@ RANKS = {
     "online_softmax": 1,
     "attention": 2,
     "sim": 3, "ring": 3, "ulysses": 3, "tensor_parallel": 3,
-    "mesh": 4, "sparse": 4, "fp8_comm": 4,
+    "mesh": 4, "sparse": 4, "fp8_comm": 4, "tiling": 4,
     "video": 5, "causal": 5, "sparse_cp": 5,
     "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
     "approx": 7,
