@@ -28,7 +28,8 @@ DELEGATED = {
     "demo": ("cpcourse.cli.demo", "run the ring on P local processes and check it"),
     # every name in cpcourse.bench.BENCHMARKS (tests/unit/test_did_you_mean.py checks)
     "bench": ("cpcourse.bench", "benchmarks: kernel, ring, launch, shapes, models, windows, "
-                                "mesh, vae, approx, gpu (`cpcourse bench --help`)"),
+                                "mesh, vae, approx, sparse, tiling, gpu (`cpcourse bench "
+                                "--help`)"),
     "grade": ("cpcourse.course.grading",
               "grade every exercise (--impl exercises|solutions, --json)"),
     "doctor": ("cpcourse.cli.doctor", "check this machine: versions, threads, CUDA, gloo"),
