@@ -38,7 +38,14 @@ from cpcourse.bench import gpu_kernels, gpu_models
 from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
 from cpcourse.support.out_files import check_output, write_text
 
-PARTS = ("tests", "kernels", "models")
+# In order of value (issue 49, planner audit section 5): a part that would not fit in what is
+# left of --budget is recorded as skipped, with the seconds it would need. Expected seconds on
+# one H100/H200 (the GPU's; the CPU dry run takes seconds for all). kernels and models are the
+# first run's parts (cpcourse/data/gpu_measured_h200.json): on request only.
+EXPECTED_SECONDS = {"attention": 60, "ring": 30, "warm": 200, "vae": 110, "step": 90,
+                    "encoder": 30, "fp8": 15, "tests": 60, "kernels": 60, "models": 200}
+PARTS = tuple(EXPECTED_SECONDS)
+DEFAULT_PARTS = ("attention", "ring", "warm", "vae", "step", "encoder", "fp8", "tests")
 DEFAULT_DIR = "artifacts"  # --out's default folder, made when missing (ignored by git)
 _GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
             "H800": "h800", "H20": "h20", "L40S": "l40s", "L20": "l20", "4090": "rtx4090"}
@@ -50,9 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="the same code on the CPU, tiny sizes")
     p.add_argument("--out", default=f"{DEFAULT_DIR}/gpu.json", help="the results file to write")
     p.add_argument("--force", action="store_true", help="--out may replace an existing file")
-    p.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
-    p.add_argument("--budget", default="420", help="seconds; a part that would start past it "
-                   "is recorded as skipped")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                   help=f"some of {','.join(PARTS)} (run in that order)")
+    p.add_argument("--budget", default="540", help="seconds; a part that would not fit in what "
+                   "is left of it is recorded as skipped")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per kernel measurement")
     return p
 
@@ -218,8 +226,29 @@ def run_models(device, dry: bool, kernels: dict | None, deadline: float) -> list
     return rows
 
 
+def stamp(device: torch.device, gid: str | None) -> dict:
+    """Each section's provenance: the card, its kind, the software under it, the date."""
+    out = {"gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "gpu_id": gid, "torch": torch.__version__, "cuda": torch.version.cuda,
+           "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+           "driver": _driver() if device.type == "cuda" else None,
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    return out
+
+
+def _new_parts() -> dict:
+    from cpcourse.bench import gpu_attention, gpu_pipeline, gpu_serial
+
+    # each: fn(device, dry, repeat, gpu_id, deadline) -> its section
+    return {"attention": gpu_attention.attention_part, "ring": gpu_attention.ring_part,
+            "warm": gpu_pipeline.warm_part, "vae": gpu_serial.vae_part,
+            "step": gpu_pipeline.step_part, "encoder": gpu_serial.encoder_part,
+            "fp8": gpu_pipeline.fp8_part}
+
+
 def collect(a: argparse.Namespace, argv: list[str]) -> dict:
-    """Every part the arguments ask for, in order, each recorded even if another failed."""
+    """Every part the arguments ask for, in PARTS order, each recorded even if another failed;
+    a part whose expected seconds do not fit in what is left of --budget is skipped, saying so."""
     start = time.monotonic()
     device = torch.device("cuda" if not a.dry_run else "cpu")
     gid = gpu_id(torch.cuda.get_device_name(device)) if device.type == "cuda" else "h200-sxm"
@@ -227,14 +256,28 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
 
     peak = get_gpu(gid).bf16_tflops if gid else float("nan")
     res = {"provenance": provenance(device, argv) | {"gpu_id": gid, "dry_run": a.dry_run},
-           "budget_seconds": a.budget}
-    if "tests" in a.parts:
-        res["tests"] = run_tests(a.dry_run, timeout_s=max(60.0, 0.45 * a.budget))
-    if "kernels" in a.parts:
-        res["kernels"] = _guarded(lambda: run_kernels(device, peak, a.repeat))
-    if "models" in a.parts:
-        res["models"] = run_models(device, a.dry_run, res.get("kernels"),
-                                   deadline=start + 0.8 * a.budget)
+           "budget_seconds": a.budget, "expected_gpu_seconds": EXPECTED_SECONDS, "skipped": {}}
+    new = _new_parts()
+    for part in (p for p in PARTS if p in a.parts):
+        left = a.budget - (time.monotonic() - start)
+        need = 0 if a.dry_run else EXPECTED_SECONDS[part]
+        if need > left:
+            res[part] = {"skipped": f"needs about {need} s, {left:.0f} s of --budget left"}
+            res["skipped"][part] = res[part]["skipped"]
+            continue
+        t0 = time.monotonic()
+        if part == "tests":
+            res["tests"] = run_tests(a.dry_run, timeout_s=max(60.0, left))
+        elif part == "kernels":
+            res["kernels"] = _guarded(lambda: run_kernels(device, peak, a.repeat))
+        elif part == "models":
+            res["models"] = run_models(device, a.dry_run, res.get("kernels"),
+                                       deadline=start + a.budget)
+        else:
+            res[part] = _guarded(lambda part=part: new[part](
+                device, a.dry_run, a.repeat, gid or "h200-sxm", start + a.budget))
+        if isinstance(res[part], dict):
+            res[part] |= {"provenance": stamp(device, gid), "seconds": time.monotonic() - t0}
     res["seconds"] = time.monotonic() - start
     return res
 
