@@ -1,21 +1,30 @@
 """The prepared GPU check: the CUDA tests, the kernel's real rate, real-size models' forwards.
 
-    cpcourse bench gpu --json                  # on a CUDA machine, at most ~8 minutes
+    cpcourse bench gpu --json                  # on a CUDA machine, at most ~9 minutes
     cpcourse bench gpu --dry-run --json        # the same code on the CPU at tiny sizes (CI)
     make gpu                                   # the same, results in artifacts/gpu.json
 
-Three parts, each recorded even when another fails, in one JSON file with its provenance (GPU,
-driver, CUDA, cuDNN, torch and diffusers versions, date, command):
-  tests    `pytest -m gpu`: attention and merge on every CUDA backend against float64, ring and
-           Ulysses on a one-rank NCCL group, the tiny DiT on CUDA against the CPU, diffusers'
-           models parallelized under NCCL (the dry run only collects them)
-  kernels  attention TFLOP/s per backend at Wan 14B's head shape, full sequence and ring blocks,
-           against the card's bf16 peak and a measured matmul ceiling; the blockwise split's
-           cost against one fused call (`cpcourse.bench.gpu_kernels`)
-  models   Wan2.1 1.3B and 14B, HunyuanVideo at their default sizes: seconds per forward and
-           peak memory beside the planner's prediction for one H200 (`cpcourse.bench.gpu_models`)
-Without CUDA (and without --dry-run) it says so in one line and exits 2. The results this
-course shows were made with it on an H200 and live in `cpcourse/data/gpu_measured.json`.
+Parts, in order of value, each recorded even when another fails, in one JSON file with its
+provenance (GPU, driver, CUDA, cuDNN, torch and diffusers versions, date, command) and each
+section with its own; a part that would not fit in what is left of --budget is skipped, saying
+so (expected GPU seconds in EXPECTED_SECONDS):
+  attention  every kernel at the released shapes (Wan 14B, HunyuanVideo masked and not,
+             CogVideoX-5B), the course's Triton kernel among them (`cpcourse.bench.gpu_attention`)
+  ring       one ring rank's blocks + in-place folds at the true ring shape, P = 2, 4, 8
+  warm       three warm forwards per model after a warm-up at the same shape
+  vae        the released VAEs' decode and one rank's share of the split decode
+  step       one Wan 14B CFG sampler step, bf16 weights and fp32 under autocast
+  encoder    an umT5-XXL-sized encoder's encode and load from host (`cpcourse.bench.gpu_serial`)
+  fp8        float8 `_scaled_mm` against bf16 at Wan 14B's linears (`cpcourse.bench.gpu_pipeline`)
+  tests      `pytest -m gpu`: attention and merge on every CUDA backend against float64, ring and
+             Ulysses on a one-rank NCCL group, the Triton kernel, the tiny DiT on CUDA against the
+             CPU, diffusers' models parallelized under NCCL (the dry run only collects them)
+On request (`--parts kernels,models`), the first run's parts:
+  kernels  attention TFLOP/s per backend at Wan 14B's head shape (`cpcourse.bench.gpu_kernels`)
+  models   one forward per model beside the planner (`cpcourse.bench.gpu_models`)
+Without CUDA (and without --dry-run) it says so in one line and exits 2. The first run's results
+(an H200) live in `cpcourse/data/gpu_measured_h200.json`; a later run writes
+`cpcourse/data/gpu_measured_<kind>.json` (`--out`), one per GPU kind.
 """
 
 from __future__ import annotations
@@ -34,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from cpcourse.bench import gpu_kernels, gpu_models
+from cpcourse.bench import gpu_kernels, gpu_models, gpu_second
 from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
 from cpcourse.support.out_files import check_output, write_text
 
@@ -45,6 +54,7 @@ from cpcourse.support.out_files import check_output, write_text
 EXPECTED_SECONDS = {"attention": 60, "ring": 30, "warm": 200, "vae": 110, "step": 90,
                     "encoder": 30, "fp8": 15, "tests": 60, "kernels": 60, "models": 200}
 PARTS = tuple(EXPECTED_SECONDS)
+DRY_SPEEDUP = 100
 DEFAULT_PARTS = ("attention", "ring", "warm", "vae", "step", "encoder", "fp8", "tests")
 DEFAULT_DIR = "artifacts"  # --out's default folder, made when missing (ignored by git)
 _GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
@@ -119,22 +129,13 @@ def provenance(device: torch.device, argv: list[str]) -> dict:
         info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                     gpu_memory_bytes=props.total_memory,
                     multiprocessors=props.multi_processor_count,
-                    cudnn=torch.backends.cudnn.version(), driver=_driver())
+                    cudnn=torch.backends.cudnn.version(), driver=gpu_second.driver())
     try:
         import flash_attn
         info["flash_attn"] = flash_attn.__version__
     except ImportError:
         info["flash_attn"] = None
     return info
-
-
-def _driver() -> str | None:
-    try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return res.stdout.strip().splitlines()[0] if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        return None
 
 
 def run_tests(dry: bool, timeout_s: float) -> dict:
@@ -226,26 +227,6 @@ def run_models(device, dry: bool, kernels: dict | None, deadline: float) -> list
     return rows
 
 
-def stamp(device: torch.device, gid: str | None) -> dict:
-    """Each section's provenance: the card, its kind, the software under it, the date."""
-    out = {"gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "gpu_id": gid, "torch": torch.__version__, "cuda": torch.version.cuda,
-           "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-           "driver": _driver() if device.type == "cuda" else None,
-           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
-    return out
-
-
-def _new_parts() -> dict:
-    from cpcourse.bench import gpu_attention, gpu_pipeline, gpu_serial
-
-    # each: fn(device, dry, repeat, gpu_id, deadline) -> its section
-    return {"attention": gpu_attention.attention_part, "ring": gpu_attention.ring_part,
-            "warm": gpu_pipeline.warm_part, "vae": gpu_serial.vae_part,
-            "step": gpu_pipeline.step_part, "encoder": gpu_serial.encoder_part,
-            "fp8": gpu_pipeline.fp8_part}
-
-
 def collect(a: argparse.Namespace, argv: list[str]) -> dict:
     """Every part the arguments ask for, in PARTS order, each recorded even if another failed;
     a part whose expected seconds do not fit in what is left of --budget is skipped, saying so."""
@@ -257,12 +238,13 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
     peak = get_gpu(gid).bf16_tflops if gid else float("nan")
     res = {"provenance": provenance(device, argv) | {"gpu_id": gid, "dry_run": a.dry_run},
            "budget_seconds": a.budget, "expected_gpu_seconds": EXPECTED_SECONDS, "skipped": {}}
-    new = _new_parts()
+    new = gpu_second.parts()
     for part in (p for p in PARTS if p in a.parts):
         left = a.budget - (time.monotonic() - start)
-        need = 0 if a.dry_run else EXPECTED_SECONDS[part]
+        # the dry run is about 100 times faster: the same rule, exercised on the CPU
+        need = EXPECTED_SECONDS[part] / (DRY_SPEEDUP if a.dry_run else 1)
         if need > left:
-            res[part] = {"skipped": f"needs about {need} s, {left:.0f} s of --budget left"}
+            res[part] = {"skipped": f"needs about {need:.3g} s, {left:.3g} s of --budget left"}
             res["skipped"][part] = res[part]["skipped"]
             continue
         t0 = time.monotonic()
@@ -277,7 +259,8 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
             res[part] = _guarded(lambda part=part: new[part](
                 device, a.dry_run, a.repeat, gid or "h200-sxm", start + a.budget))
         if isinstance(res[part], dict):
-            res[part] |= {"provenance": stamp(device, gid), "seconds": time.monotonic() - t0}
+            res[part] |= {"provenance": gpu_second.stamp(device, gid),
+                          "seconds": time.monotonic() - t0}
     res["seconds"] = time.monotonic() - start
     return res
 
@@ -332,6 +315,7 @@ def table(res: dict) -> str:
                      f"; SDPA held to flash: "
                      f"{m['flash_attention_2'].get('seconds_per_forward', float('nan')):.3f} s "
                      f"(measured/predicted {', '.join(f'{k} {v:.2f}' for k, v in ratio.items())})")
+    lines += gpu_second.summary_lines(res)
     lines.append(f"total {res['seconds']:.0f} s")
     return "\n".join(lines)
 

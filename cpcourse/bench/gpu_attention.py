@@ -1,4 +1,4 @@
-"""Attention kernels as deployed at the released shapes, and the ring's split cost at its true shape.
+"""Attention kernels as deployed at the released shapes; the ring's split cost at its true shape.
 
     cpcourse bench gpu --parts attention,ring --json   # on a CUDA machine, about 70 s
     cpcourse bench gpu --dry-run --parts attention,ring --json   # CPU, tiny sizes
@@ -134,9 +134,27 @@ def _shape_rows(shape, device, dtype, repeat, peak, gpu_id) -> dict:
         rows.append({"kernel": "sdpa-math", "skipped": f"its {heads} x {n}^2 scores would need "
                      f"{heads * n * n * 4 / 1e9:.0f} GB"})
     out = {"model": model, "heads": heads, "head_dim": d, "tokens": n, "flops": flops,
-           "predicted": pred, "rows": rows}
+           "predicted": pred, "rows": rows, "agreement": _agreement(q, k, v, device)}
     if text:
         out["masked"] = _masked(q, k, v, text, device, repeat, peak, pred, flops)
+    return out
+
+
+def _agreement(q, k, v, device) -> dict:
+    """Each kernel's largest out and lse difference from the first one's, at this shape (the
+    Triton kernel's check at the real size; its tolerance test is tests/gpu)."""
+    names = kernels_here(device, q.dtype)
+    out = {}
+    try:
+        ref_o, ref_s = call(names[0], q, k, v)
+        for name in names[1:]:
+            o, s = call(name, q, k, v)
+            out[name] = {"against": names[0],
+                         "max_out_diff": float((o.float() - ref_o.float()).abs().max()),
+                         "max_lse_diff": float((s.float() - ref_s.float()).abs().max())}
+            o = s = None
+    except ERRORS as exc:
+        out["error"] = _error(exc)
     return out
 
 

@@ -159,7 +159,7 @@ def fp8_part(device, dry: bool, repeat: int, gpu_id: str, deadline: float) -> di
         bf16 = median(timed(lambda a=a, w=w: a @ w.t(), device, warmup=2, repeat=5))
         a8, w8 = a.to(torch.float8_e4m3fn), w.to(torch.float8_e4m3fn)
         one = torch.ones((), device=device)
-        fp8 = median(timed(lambda a8=a8, w8=w8: torch._scaled_mm(
+        fp8 = median(timed(lambda a8=a8, w8=w8, one=one: torch._scaled_mm(
             a8, w8.t(), scale_a=one, scale_b=one, out_dtype=torch.bfloat16), device, warmup=2,
             repeat=5))
         rows.append({"m": m, "k": k, "n": n, "bf16_seconds": bf16, "fp8_seconds": fp8,

@@ -100,8 +100,8 @@ def vae_row(model_id: str, cls: str, tiled: bool, device, dry: bool, gpu_id: str
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     if tiled:
-        vae.enable_tiling(**({"tile_sample_min_height": 16, "tile_sample_min_width": 16,
-                              "tile_sample_stride_height": 8, "tile_sample_stride_width": 8}
+        vae.enable_tiling(**({"tile_sample_min_height": 24, "tile_sample_min_width": 24,
+                              "tile_sample_stride_height": 16, "tile_sample_stride_width": 16}
                              if dry else {}))
         row["tiles"] = {k: getattr(vae, k) for k in ("tile_sample_min_height",
                                                      "tile_sample_min_width",

@@ -21,8 +21,8 @@ import math
 
 import torch
 
-from cpcourse.support.qkv import attention_scale, check_qkv
 from cpcourse.support.errors import InputError
+from cpcourse.support.qkv import attention_scale, check_qkv
 
 _LOG2E = 1.0 / math.log(2.0)
 _KERNEL = None  # compiled on first use: importing cpcourse must not need Triton
@@ -44,7 +44,7 @@ def _build():
     import triton.language as tl
 
     @triton.jit
-    def fwd(Q, K, V, O, LSE, qk_scale, Lq, Lk, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
+    def fwd(Q, K, V, Out, LSE, qk_scale, Lq, Lk, sqb, sqh, sqm, skb, skh, skn, svb, svh, svn,
             sob, soh, som, H: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
             BLOCK_N: tl.constexpr):
         pid_m, bh = tl.program_id(0), tl.program_id(1)
@@ -73,8 +73,8 @@ def _build():
             m = m_new
         out = acc / ell[:, None]
         keep = rows < Lq
-        tl.store(O + b * sob + h * soh + rows[:, None] * som + dims[None, :],
-                 out.to(O.dtype.element_ty), mask=keep[:, None])
+        tl.store(Out + b * sob + h * soh + rows[:, None] * som + dims[None, :],
+                 out.to(Out.dtype.element_ty), mask=keep[:, None])
         # back from base 2 to natural log: lse = ln(2) * (m + log2(l))
         tl.store(LSE + bh * Lq + rows, (m + tl.log2(ell)) * 0.6931471805599453, mask=keep)
 

@@ -10,15 +10,26 @@ import sys
 import pytest
 import torch
 
-from cpcourse.bench import gpu, gpu_kernels, gpu_models
+from cpcourse.bench import gpu, gpu_attention, gpu_kernels, gpu_models, gpu_serial, triton_attention
 
 
-def test_dry_run_records_every_part(tmp_path, capsys):
+@pytest.fixture(scope="module")
+def dry(tmp_path_factory):
+    """One dry run of every part (the first run's and the second's), shared by the tests."""
+    out = tmp_path_factory.mktemp("gpu") / "gpu.json"
+    argv = ["--dry-run", "--json", "--out", str(out), "--repeat", "1", "--parts",
+            ",".join(gpu.PARTS)]
+    res = gpu.collect(gpu._args(argv), argv)
+    gpu.write_text(str(out), json.dumps(res) + "\n", "--out")
+    return json.loads(out.read_text())
+
+
+def test_dry_run_records_every_part(dry, tmp_path, capsys):
     out = tmp_path / "gpu.json"
-    assert gpu.main(["--dry-run", "--json", "--out", str(out), "--repeat", "1"]) == 0
-    printed = json.loads(capsys.readouterr().out)
-    saved = json.loads(out.read_text())
-    assert printed == saved
+    assert gpu.main(["--dry-run", "--json", "--out", str(out), "--repeat", "1",
+                     "--parts", "fp8,encoder"]) == 0
+    assert json.loads(capsys.readouterr().out) == json.loads(out.read_text())
+    saved = dry
     prov = saved["provenance"]
     assert prov["dry_run"] and prov["device"] == "cpu" and prov["torch"] == torch.__version__
     assert saved["tests"]["collected"] >= 20, saved["tests"]  # every gpu test is found
@@ -33,6 +44,76 @@ def test_dry_run_records_every_part(tmp_path, capsys):
         # the planner is asked about the real size, whatever size the dry run ran
         assert pred["sdpa"]["forward_seconds"] > pred["fa3"]["forward_seconds"] > 0
         assert set(m["measured_over_predicted"]) >= {"sdpa", "fa3", "measured_rates"}
+
+
+@pytest.mark.parametrize("part", [p for p in gpu.PARTS if p not in ("tests", "models")])
+def test_every_section_carries_its_provenance(dry, part):
+    sec = dry[part]
+    assert "error" not in sec and "skipped" not in sec, sec
+    assert set(sec["provenance"]) >= {"gpu", "gpu_id", "torch", "cuda", "cudnn", "driver",
+                                      "date"}
+    assert sec["provenance"]["gpu"] == "cpu" and sec["seconds"] >= 0
+
+
+def test_attention_part_covers_the_released_shapes_beside_the_planner(dry):
+    a = dry["attention"]
+    assert [s["model"] for s in a["shapes"]] == [s[1] for s in gpu_attention.REAL_SHAPES]
+    assert "FlashAttention-2" in a["flash_attn_wheels"] and "64 MiB" in a["flash_attn_wheels"]
+    assert a["triton"] == (triton_attention.why_not() or "compiled and timed")
+    for s in a["shapes"]:
+        assert {r["kernel"] for r in s["rows"]} >= {"cpu-flash", "torch", "sdpa-math"}
+        assert all(r["seconds"] > 0 for r in s["rows"]), s["rows"]
+        assert set(s["predicted"]) == {"fa2", "fa3", "sdpa"}
+        for name, d in s["agreement"].items():  # float32 on the CPU: the kernels agree
+            assert d["max_out_diff"] < 1e-4 and d["max_lse_diff"] < 1e-4, (name, d)
+    masked = {s["model"]: s.get("masked") for s in a["shapes"]}
+    assert masked["wan2.1-t2v-14b"] is None and masked["hunyuanvideo-13b"]["padded_text_tokens"]
+    assert any(r["kernel"].endswith("+mask") for r in masked["hunyuanvideo-13b"]["rows"])
+
+
+def test_ring_part_is_one_ranks_blocks_and_folds(dry):
+    rows = dry["ring"]["rows"]
+    assert sorted({r["blocks"] for r in rows}) == [2, 4, 8]
+    for r in rows:
+        assert r["keys"] == r["blocks"] * r["queries"]  # n queries against P blocks of n
+        assert r["ratio"] > 0 and r["predicted_fold_seconds"] > 0
+        assert r["max_abs_diff"] < 1e-5 and r["max_lse_diff"] < 1e-5  # folds = one call
+
+
+def test_serial_and_step_parts_record_measured_beside_predicted(dry):
+    assert [r["model"] for r in dry["warm"]["rows"]] == [c[0] for c in gpu_models.CASES]
+    for r in dry["warm"]["rows"]:
+        assert len(r["seconds_all"]) == 3 and r["seconds_min"] <= r["seconds_per_forward"]
+        assert r["predicted_seconds"]["sdpa"] > 0
+    vae = {r["model"]: r for r in dry["vae"]["rows"]}
+    assert list(vae) == [v[0] for v in gpu_serial.VAES]
+    assert all(r["seconds"] > 0 for r in vae.values()), vae
+    assert vae["wan2.1-t2v-14b"]["predicted"]["serial_seconds"] > 0
+    assert vae["wan2.1-t2v-14b"]["rank_share"]["ranks"] == gpu_serial.SPLIT_RANKS
+    assert "tiles" in vae["hunyuanvideo-13b"]
+    step = dry["step"]
+    assert step["bf16_weights"]["seconds_per_step"] > 0
+    assert step["fp32_autocast"]["seconds_per_step"] > 0 and step["predicted_seconds"]["sdpa"]
+    enc = dry["encoder"]
+    assert enc["encode_seconds"] > 0 and enc["load_bytes"] > 0
+    assert enc["predicted"]["encode_seconds"] > 0 and enc["predicted"]["reload_seconds"] > 0
+    assert "unsupported on CPU" in dry["fp8"]["unsupported"]
+
+
+def test_umt5_xxl_sized_stack_has_its_parameter_count():
+    """google/umt5-xxl's encoder: 5.7 B parameters (the planner's text encoder size)."""
+    with torch.device("meta"):
+        enc = gpu_serial.t5_encoder(gpu_serial.UMT5_XXL)
+    assert abs(sum(p.numel() for p in enc.parameters()) / 1e9 - 5.7) < 0.1
+
+
+def test_a_part_that_would_not_fit_is_skipped_and_says_why(tmp_path):
+    argv = ["--dry-run", "--out", str(tmp_path / "x.json"), "--budget", "1", "--parts",
+            "fp8,warm"]
+    res = gpu.collect(gpu._args(argv), argv)
+    assert "needs about" in res["warm"]["skipped"] and res["skipped"] == {
+        "warm": res["warm"]["skipped"]}
+    assert "unsupported" in res["fp8"]  # small enough to run
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
