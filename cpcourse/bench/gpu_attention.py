@@ -73,7 +73,12 @@ def kernels_here(device, dtype) -> list[str]:
 def call(name: str, q, k, v):
     """(out, lse) from kernel `name`; 'triton' is the course's own."""
     if name == "triton":
-        return triton_attention.attention_with_lse_triton(q, k, v)
+        try:
+            return triton_attention.attention_with_lse_triton(q, k, v)
+        except (InputError, RuntimeError):
+            raise
+        except Exception as exc:  # Triton's compiler raises its own types: record, go on
+            raise RuntimeError(f"triton: {type(exc).__name__}: {exc}") from exc
     return attention_with_lse(q, k, v, backend=name)
 
 

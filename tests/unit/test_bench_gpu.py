@@ -160,3 +160,14 @@ def test_gpu_ids_from_device_names():
     assert gpu.gpu_id("NVIDIA H200") == "h200-sxm"
     assert gpu.gpu_id("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert gpu.gpu_id("Some Other Card") is None
+
+
+def test_importing_the_triton_kernel_never_needs_triton():
+    """Where Triton or CUDA is missing the kernel says why and refuses, in one line."""
+    reason = triton_attention.why_not()
+    if reason is None:
+        pytest.skip("Triton and CUDA are here: tests/gpu/test_triton_attention.py runs it")
+    assert reason.startswith("triton: ")
+    q = torch.randn(1, 1, 4, 16)
+    with pytest.raises(gpu.InputError, match="cannot run here"):
+        triton_attention.attention_with_lse_triton(q, q, q)
