@@ -259,13 +259,27 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
             res["models"] = run_models(device, a.dry_run, res.get("kernels"),
                                        deadline=start + a.budget)
         else:
-            res[part] = _guarded(lambda part=part: new[part](
-                device, a.dry_run, a.repeat, gid or "h200-sxm", start + a.budget))
+            res[part] = _any_error(lambda part=part: new[part](
+                device, a.dry_run, a.repeat, gid or "h200-sxm", start + a.budget), device)
         if isinstance(res[part], dict):
             res[part] |= {"provenance": gpu_second.stamp(device, gid),
                           "seconds": time.monotonic() - t0}
+        # after every part: a run cut off by its machine's time limit keeps what it measured
+        res["seconds"] = time.monotonic() - start
+        write_text(a.out, json.dumps(res, indent=1) + "\n", "--out")
     res["seconds"] = time.monotonic() - start
     return res
+
+
+def _any_error(fn, device):
+    """A part of the second run, whatever it raises recorded as its section: on a borrowed GPU
+    with minutes to spend, a bug in one part must not lose the others' numbers."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"}
 
 
 def _guarded(fn):

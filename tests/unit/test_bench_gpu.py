@@ -171,3 +171,20 @@ def test_importing_the_triton_kernel_never_needs_triton():
     q = torch.randn(1, 1, 4, 16)
     with pytest.raises(gpu.InputError, match="cannot run here"):
         triton_attention.attention_with_lse_triton(q, q, q)
+
+
+def test_a_part_that_breaks_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
+    """Whatever a part raises is its section; the file is written after every part."""
+    real = gpu.gpu_second.parts()
+
+    def broken(*args):
+        raise TypeError("a bug in this part")
+
+    monkeypatch.setattr(gpu.gpu_second, "parts", lambda: real | {"encoder": broken})
+    out = tmp_path / "x.json"
+    argv = ["--dry-run", "--out", str(out), "--parts", "encoder,fp8"]
+    res = gpu.collect(gpu._args(argv), argv)
+    assert res["encoder"]["error"] == "TypeError: a bug in this part"
+    assert "provenance" in res["encoder"] and "unsupported" in res["fp8"]
+    saved = json.loads(out.read_text())
+    assert saved["encoder"] == res["encoder"] and saved["fp8"] == res["fp8"]
