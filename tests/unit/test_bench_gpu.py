@@ -114,6 +114,63 @@ def test_a_part_that_would_not_fit_is_skipped_and_says_why(tmp_path):
     assert res["skipped"] == {"warm": res["warm"]["skipped"]}
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_it_says_so_in_one_line_and_exits_2(tmp_path):
+    res = subprocess.run([sys.executable, "-m", "cpcourse", "bench", "gpu", "--json",
+                          "--out", str(tmp_path / "x.json")], capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 2 and res.stdout == ""
+    assert res.stderr.count("\n") == 1 and "--dry-run" in res.stderr
+    assert not (tmp_path / "x.json").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [(["--parts", "tests,bogus"], "--parts"),
+                                        (["--repeat", "0"], "--repeat"),
+                                        (["--budget", "-1"], "--budget"),
+                                        (["--out", "/proc/no/such/x.json"], "--out")])
+def test_bad_flags_are_named(argv, flag):
+    with pytest.raises(gpu.InputError, match=flag):
+        gpu._args(["--dry-run", *argv])
+
+
+@pytest.mark.parametrize("model_id, arch", gpu_models.CASES)
+def test_real_configs_have_the_released_sizes(model_id, arch):
+    """Built on the meta device (no memory): the parameter count of the released checkpoint
+    (Wan2.1 1.3B: 1.42 B, 14B: 14.29 B, HunyuanVideo: 12.82 B) within 10% of the facts sheet's
+    count of the blocks, and the layer count of the preset."""
+    from cpcourse.planner.tokens import get_model
+
+    model = gpu_models.build_real(model_id, arch, torch.device("meta"))
+    params = sum(p.numel() for p in model.parameters())
+    preset = get_model(model_id)
+    assert abs(params / 1e9 - preset.params_b) <= 0.1 * preset.params_b
+    blocks = (len(getattr(model, "transformer_blocks", None) or model.blocks)
+              + len(getattr(model, "single_transformer_blocks", [])))
+    assert blocks == preset.layers
+    inputs = gpu_models.real_inputs(model_id, arch, preset.default_frames, "meta",
+                                    torch.bfloat16)
+    assert inputs["hidden_states"].shape[2:] == (21 if arch == "wan" else 33,
+                                                 preset.default_height // 8,
+                                                 preset.default_width // 8)
+
+
+def test_gpu_ids_from_device_names():
+    assert gpu.gpu_id("NVIDIA H200") == "h200-sxm"
+    assert gpu.gpu_id("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert gpu.gpu_id("Some Other Card") is None
+
+
+def test_importing_the_triton_kernel_never_needs_triton():
+    """Where Triton or CUDA is missing the kernel says why and refuses, in one line."""
+    reason = triton_attention.why_not()
+    if reason is None:
+        pytest.skip("Triton and CUDA are here: tests/gpu/test_triton_attention.py runs it")
+    assert reason.startswith("triton: ")
+    q = torch.randn(1, 1, 4, 16)
+    with pytest.raises(gpu.InputError, match="cannot run here"):
+        triton_attention.attention_with_lse_triton(q, q, q)
+
+
 def test_a_part_that_breaks_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):
     """Whatever a part raises is its section; the file is written after every part."""
     real = gpu.gpu_second.parts()
