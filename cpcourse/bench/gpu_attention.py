@@ -217,7 +217,7 @@ def ring_blocks(name: str, q, k, v, p: int):
     return out, lse
 
 
-def _ring_row(name, p, q, k, v, device, repeat, hbm) -> dict:
+def _ring_row(name, p, q, k, v, device, repeat, hbm, pred) -> dict:
     n, heads, d = q.shape[2], q.shape[1], q.shape[3]
     row = {"kernel": name, "blocks": p, "queries": n, "keys": k.shape[2]}
     try:
@@ -235,6 +235,11 @@ def _ring_row(name, p, q, k, v, device, repeat, hbm) -> dict:
                    folds_over_predicted=folds / planned,
                    max_abs_diff=float((got - ref.float()).abs().max()),
                    max_lse_diff=float((got_lse - ref_lse.float()).abs().max()))
+        kern = PLANNER_KERNEL.get(name)
+        if kern and pred[kern]["seconds"]:  # the planner's rank: P blocks' FLOPs + P - 1 folds
+            row.update(planner_kernel=kern,
+                       predicted_split_seconds=pred[kern]["seconds"] + planned,
+                       split_over_predicted=split / (pred[kern]["seconds"] + planned))
     except ERRORS as exc:
         row["error"] = _error(exc)
     return row
@@ -254,7 +259,8 @@ def ring_part(device, dry: bool, repeat: int, gpu_id: str, deadline: float) -> d
             if time.monotonic() > deadline:
                 rows.append({"kernel": name, "blocks": p, "skipped": "past the --budget"})
                 continue
-            rows.append(_ring_row(name, p, q, k, v, device, repeat, hbm))
+            rows.append(_ring_row(name, p, q, k, v, device, repeat, hbm,
+                                  predictions(gpu_id, 4 * heads * n * p * n * d)))
         q = k = v = None
         if device.type == "cuda":
             torch.cuda.empty_cache()

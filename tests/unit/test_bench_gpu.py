@@ -78,6 +78,8 @@ def test_ring_part_is_one_ranks_blocks_and_folds(dry):
         assert r["keys"] == r["blocks"] * r["queries"]  # n queries against P blocks of n
         assert r["ratio"] > 0 and r["predicted_fold_seconds"] > 0
         assert r["max_abs_diff"] < 1e-5 and r["max_lse_diff"] < 1e-5  # folds = one call
+    # the CPU kernels have no planner rate; the GPU's flash and cuDNN rows carry one
+    assert gpu_attention.PLANNER_KERNEL["sdpa-cudnn"] == "sdpa"
 
 
 def test_serial_and_step_parts_record_measured_beside_predicted(dry):
@@ -186,3 +188,15 @@ def test_a_part_that_breaks_is_recorded_and_the_run_goes_on(tmp_path, monkeypatc
     assert "provenance" in res["encoder"] and "unsupported" in res["fp8"]
     saved = json.loads(out.read_text())
     assert saved["encoder"] == res["encoder"] and saved["fp8"] == res["fp8"]
+
+
+def test_ring_rows_carry_the_planners_rank_where_it_has_a_rate(monkeypatch):
+    """On a GPU SDPA's flash and cuDNN rows are priced (fa2, sdpa); on the CPU, lend cpu-flash
+    the 'sdpa' rate to walk the same code."""
+    monkeypatch.setitem(gpu_attention.PLANNER_KERNEL, "cpu-flash", "sdpa")
+    sec = gpu_attention.ring_part(torch.device("cpu"), True, 1, "h100-sxm", float("inf"))
+    rows = [r for r in sec["rows"] if r["kernel"] == "cpu-flash"]
+    assert [r["blocks"] for r in rows] == [2, 4, 8]
+    for r in rows:
+        assert r["planner_kernel"] == "sdpa"
+        assert r["predicted_split_seconds"] > r["predicted_fold_seconds"] > 0
