@@ -200,3 +200,12 @@ def test_ring_rows_carry_the_planners_rank_where_it_has_a_rate(monkeypatch):
     for r in rows:
         assert r["planner_kernel"] == "sdpa"
         assert r["predicted_split_seconds"] > r["predicted_fold_seconds"] > 0
+
+
+def test_attention_rows_carry_the_planners_seconds_where_it_has_a_rate(monkeypatch):
+    monkeypatch.setitem(gpu_attention.PLANNER_KERNEL, "cpu-flash", "fa2")
+    sec = gpu_attention.attention_part(torch.device("cpu"), True, 1, "h100-sxm", float("inf"))
+    for shape in sec["shapes"]:
+        row = next(r for r in shape["rows"] if r["kernel"] == "cpu-flash")
+        assert row["predicted_seconds"] == shape["predicted"]["fa2"]["seconds"] > 0
+        assert row["measured_over_predicted"] > 0
