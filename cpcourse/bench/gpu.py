@@ -1,21 +1,32 @@
 """The prepared GPU check: the CUDA tests, the kernel's real rate, real-size models' forwards.
 
-    cpcourse bench gpu --json                  # on a CUDA machine, at most ~8 minutes
+    cpcourse bench gpu --json                  # on a CUDA machine, at most ~9 minutes
     cpcourse bench gpu --dry-run --json        # the same code on the CPU at tiny sizes (CI)
     make gpu                                   # the same, results in artifacts/gpu.json
 
-Three parts, each recorded even when another fails, in one JSON file with its provenance (GPU,
-driver, CUDA, cuDNN, torch and diffusers versions, date, command):
-  tests    `pytest -m gpu`: attention and merge on every CUDA backend against float64, ring and
-           Ulysses on a one-rank NCCL group, the tiny DiT on CUDA against the CPU, diffusers'
-           models parallelized under NCCL (the dry run only collects them)
-  kernels  attention TFLOP/s per backend at Wan 14B's head shape, full sequence and ring blocks,
-           against the card's bf16 peak and a measured matmul ceiling; the blockwise split's
-           cost against one fused call (`cpcourse.bench.gpu_kernels`)
-  models   Wan2.1 1.3B and 14B, HunyuanVideo at their default sizes: seconds per forward and
-           peak memory beside the planner's prediction for one H200 (`cpcourse.bench.gpu_models`)
-Without CUDA (and without --dry-run) it says so in one line and exits 2. The results this
-course shows were made with it on an H200 and live in `cpcourse/data/gpu_measured.json`.
+Parts, in order of value, each recorded even when another fails, in one JSON file with its
+provenance (GPU, driver, CUDA, cuDNN, torch and diffusers versions, date, command) and each
+section with its own; a part that would not fit in what is left of --budget is skipped, saying
+so (expected GPU seconds in EXPECTED_SECONDS):
+  attention  every kernel at the released shapes (Wan 14B, HunyuanVideo masked and not,
+             CogVideoX-5B), the course's Triton kernel among them (`cpcourse.bench.gpu_attention`)
+  ring       one ring rank's blocks + in-place folds at the true ring shape, P = 2, 4, 8
+  warm       three warm forwards per model after a warm-up at the same shape
+  vae        the released VAEs' decode and one rank's share of the split decode
+  step       one Wan 14B CFG sampler step, bf16 weights and fp32 under autocast
+  encoder    an umT5-XXL-sized encoder's encode and load from host (`cpcourse.bench.gpu_serial`)
+  fp8        float8 `_scaled_mm` against bf16 at Wan 14B's linears (`cpcourse.bench.gpu_pipeline`)
+  tests      `pytest -m gpu`: attention and merge on every CUDA backend against float64, ring and
+             Ulysses on a one-rank NCCL group, the Triton kernel, the tiny DiT on CUDA against the
+             CPU, diffusers' models parallelized under NCCL (the dry run only collects them)
+The first run's parts: `kernels` (by default, after `ring`: the planner reads a committed run's
+copy rate and kernel shares from it) and `models` (on request, `--parts models`):
+  kernels  matmul and copy ceilings, attention TFLOP/s per backend at Wan 14B's head shape
+           (`cpcourse.bench.gpu_kernels`)
+  models   one forward per model beside the planner (`cpcourse.bench.gpu_models`)
+Without CUDA (and without --dry-run) it says so in one line and exits 2. The first run's results
+(an H200) live in `cpcourse/data/gpu_measured_h200.json`; a later run writes
+`cpcourse/data/gpu_measured_<kind>.json` (`--out`), one per GPU kind.
 """
 
 from __future__ import annotations
@@ -34,11 +45,20 @@ from pathlib import Path
 
 import torch
 
-from cpcourse.bench import gpu_kernels, gpu_models
+from cpcourse.bench import gpu_kernels, gpu_models, gpu_second
 from cpcourse.support.errors import ArgumentParser, InputError, positive_float, positive_int
 from cpcourse.support.out_files import check_output, write_text
 
-PARTS = ("tests", "kernels", "models")
+# In order of value (issue 49, planner audit section 5): a part that would not fit in what is
+# left of --budget is recorded as skipped, with the seconds it would need. Expected seconds on
+# one H100/H200 (the GPU's; the CPU dry run takes seconds for all). kernels and models are the
+# first run's parts (cpcourse/data/gpu_measured_h200.json): kernels runs by default (the
+# planner reads its copy rate and kernel shares from a committed run), models on request.
+EXPECTED_SECONDS = {"attention": 60, "ring": 30, "kernels": 40, "warm": 200, "vae": 110,
+                    "step": 90, "encoder": 30, "fp8": 15, "tests": 60, "models": 200}
+PARTS = tuple(EXPECTED_SECONDS)
+DRY_SPEEDUP = 100
+DEFAULT_PARTS = tuple(p for p in PARTS if p != "models")
 DEFAULT_DIR = "artifacts"  # --out's default folder, made when missing (ignored by git)
 _GPU_IDS = {"H200": "h200-sxm", "H100": "h100-sxm", "A100": "a100-80gb-sxm", "B200": "b200",
             "H800": "h800", "H20": "h20", "L40S": "l40s", "L20": "l20", "4090": "rtx4090"}
@@ -50,9 +70,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--dry-run", action="store_true", help="the same code on the CPU, tiny sizes")
     p.add_argument("--out", default=f"{DEFAULT_DIR}/gpu.json", help="the results file to write")
     p.add_argument("--force", action="store_true", help="--out may replace an existing file")
-    p.add_argument("--parts", default=",".join(PARTS), help=f"some of {','.join(PARTS)}")
-    p.add_argument("--budget", default="420", help="seconds; a part that would start past it "
-                   "is recorded as skipped")
+    p.add_argument("--parts", default=",".join(DEFAULT_PARTS),
+                   help=f"some of {','.join(PARTS)} (run in that order)")
+    p.add_argument("--budget", default="540", help="seconds; a part that would not fit in what "
+                   "is left of it is recorded as skipped")
     p.add_argument("--repeat", type=int, default=3, help="timed runs per kernel measurement")
     return p
 
@@ -111,22 +132,13 @@ def provenance(device: torch.device, argv: list[str]) -> dict:
         info.update(gpu=props.name, capability=f"{props.major}.{props.minor}",
                     gpu_memory_bytes=props.total_memory,
                     multiprocessors=props.multi_processor_count,
-                    cudnn=torch.backends.cudnn.version(), driver=_driver())
+                    cudnn=torch.backends.cudnn.version(), driver=gpu_second.driver())
     try:
         import flash_attn
         info["flash_attn"] = flash_attn.__version__
     except ImportError:
         info["flash_attn"] = None
     return info
-
-
-def _driver() -> str | None:
-    try:
-        res = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=20)
-        return res.stdout.strip().splitlines()[0] if res.returncode == 0 else None
-    except (OSError, subprocess.TimeoutExpired, IndexError):
-        return None
 
 
 def run_tests(dry: bool, timeout_s: float) -> dict:
@@ -219,7 +231,8 @@ def run_models(device, dry: bool, kernels: dict | None, deadline: float) -> list
 
 
 def collect(a: argparse.Namespace, argv: list[str]) -> dict:
-    """Every part the arguments ask for, in order, each recorded even if another failed."""
+    """Every part the arguments ask for, in PARTS order, each recorded even if another failed;
+    a part whose expected seconds do not fit in what is left of --budget is skipped, saying so."""
     start = time.monotonic()
     device = torch.device("cuda" if not a.dry_run else "cpu")
     gid = gpu_id(torch.cuda.get_device_name(device)) if device.type == "cuda" else "h200-sxm"
@@ -227,16 +240,46 @@ def collect(a: argparse.Namespace, argv: list[str]) -> dict:
 
     peak = get_gpu(gid).bf16_tflops if gid else float("nan")
     res = {"provenance": provenance(device, argv) | {"gpu_id": gid, "dry_run": a.dry_run},
-           "budget_seconds": a.budget}
-    if "tests" in a.parts:
-        res["tests"] = run_tests(a.dry_run, timeout_s=max(60.0, 0.45 * a.budget))
-    if "kernels" in a.parts:
-        res["kernels"] = _guarded(lambda: run_kernels(device, peak, a.repeat))
-    if "models" in a.parts:
-        res["models"] = run_models(device, a.dry_run, res.get("kernels"),
-                                   deadline=start + 0.8 * a.budget)
+           "budget_seconds": a.budget, "expected_gpu_seconds": EXPECTED_SECONDS, "skipped": {}}
+    new = gpu_second.parts()
+    for part in (p for p in PARTS if p in a.parts):
+        left = a.budget - (time.monotonic() - start)
+        # the dry run is about 100 times faster: the same rule, exercised on the CPU
+        need = EXPECTED_SECONDS[part] / (DRY_SPEEDUP if a.dry_run else 1)
+        if need > left:
+            res[part] = {"skipped": f"needs about {need:.3g} s, {left:.3g} s of --budget left"}
+            res["skipped"][part] = res[part]["skipped"]
+            continue
+        t0 = time.monotonic()
+        if part == "tests":
+            res["tests"] = run_tests(a.dry_run, timeout_s=max(60.0, left))
+        elif part == "kernels":
+            res["kernels"] = _guarded(lambda: run_kernels(device, peak, a.repeat))
+        elif part == "models":
+            res["models"] = run_models(device, a.dry_run, res.get("kernels"),
+                                       deadline=start + a.budget)
+        else:
+            res[part] = _any_error(lambda part=part: new[part](
+                device, a.dry_run, a.repeat, gid or "h200-sxm", start + a.budget), device)
+        if isinstance(res[part], dict):
+            res[part] |= {"provenance": gpu_second.stamp(device, gid),
+                          "seconds": time.monotonic() - t0}
+        # after every part: a run cut off by its machine's time limit keeps what it measured
+        res["seconds"] = time.monotonic() - start
+        write_text(a.out, json.dumps(res, indent=1) + "\n", "--out")
     res["seconds"] = time.monotonic() - start
     return res
+
+
+def _any_error(fn, device):
+    """A part of the second run, whatever it raises recorded as its section: on a borrowed GPU
+    with minutes to spend, a bug in one part must not lose the others' numbers."""
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - recorded, the run goes on
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        return {"error": f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0][:300]}"}
 
 
 def _guarded(fn):
@@ -289,6 +332,7 @@ def table(res: dict) -> str:
                      f"; SDPA held to flash: "
                      f"{m['flash_attention_2'].get('seconds_per_forward', float('nan')):.3f} s "
                      f"(measured/predicted {', '.join(f'{k} {v:.2f}' for k, v in ratio.items())})")
+    lines += gpu_second.summary_lines(res)
     lines.append(f"total {res['seconds']:.0f} s")
     return "\n".join(lines)
 
