@@ -81,6 +81,16 @@ def _build():
     return fwd
 
 
+def kernel_loop_source() -> str:
+    """The kernel's loop over key blocks, as source text (notebook 02's appendix prints it
+    beside the online softmax it implements)."""
+    import inspect
+    import textwrap
+
+    src = inspect.getsource(_build)
+    return textwrap.dedent(src[src.index("        for start"):src.index("        out = acc")])
+
+
 def attention_with_lse_triton(q, k, v, scale=None):
     """`attention_with_lse`'s contract on the course's Triton kernel (CUDA, fp16/bf16/fp32).
 
