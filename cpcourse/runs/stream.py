@@ -4,15 +4,15 @@
 
 `run_stream(nproc, ...)`: `check_stream` turns the arguments into a `StreamRequest` (every input
 checked before a process starts: the weights are causal, the chunk divides the frames, the cache
-design fits the heads), the ranks run `cpcourse.tinydit.streaming.stream_rank`, `stream_report`
-puts their pieces together into the clip `[T, 3, H, W]` and says what each rank sent per chunk and
-held, and `--compare` streams the same clip in this process.
+design fits the heads), the ranks run `rank(request)` (it reads the request's fields),
+`stream_report` puts their pieces together into the clip `[T, 3, H, W]` and says what each rank
+sent per chunk and held, and `--compare` streams the same clip in this process.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
@@ -39,9 +39,6 @@ class StreamRequest:
     steps: int
     cfg_scale: float
     dtype: str
-
-    def rank_spec(self) -> dict:
-        return asdict(self)
 
 
 def check_stream(nproc: int, seed: int = 0, *, prompt: str | None = None,
@@ -88,12 +85,39 @@ def run_stream(nproc: int, seed: int = 0, *, compare: bool = False, timeout: flo
     from cpcourse.launch import launch
 
     request = check_stream(nproc, seed, **kwargs)
-    results = launch("cpcourse.tinydit.streaming:stream_rank", request.nproc, timeout=timeout,
-                     args=(request.rank_spec(),), stream=stream)
+    results = launch(rank, request.nproc, timeout=timeout, args=(request,), stream=stream)
     latents, clip, report = stream_report(request, results)
     if compare:
         report.update(compare_stream(request, clip))
     return {"latents": latents, "clip": clip, "report": report}
+
+
+def rank(req: StreamRequest) -> dict:
+    """What each rank of `cpcourse generate --causal` runs under `cpcourse.launch`: its pieces
+    of every chunk, the bytes it sent per chunk, its peak tensor memory and its cache's bytes."""
+    import torch.distributed as dist
+
+    from cpcourse.causal import KVCacheCP
+    from cpcourse.support.dtypes import torch_dtype
+    from cpcourse.support.peak_memory import peak_memory
+    from cpcourse.tinydit.model import load_weights
+    from cpcourse.tinydit.sampling import initial_noise
+    from cpcourse.tinydit.streaming import stream_sample
+
+    rank_, world = dist.get_rank(), dist.get_world_size()
+    dtype = torch_dtype(req.dtype)
+    model = load_weights(req.weights, dtype)[0]
+    noise = initial_noise(req.shape, req.seed, dtype)  # [1, C, T, H, W], the same on every rank
+    caches, sent = [], []
+
+    def new_cache():  # one per layer, each split over the ranks by `req.kv_cache`
+        caches.append(KVCacheCP(req.kv_cache, group=dist.group.WORLD))
+        return caches[-1]
+
+    pieces, peak = peak_memory(stream_sample, model, noise, req.label, req.chunk, new_cache,
+                               req.steps, req.cfg_scale, rank_, world, sent)
+    return {"rank": rank_, "pieces": pieces, "bytes_per_chunk": sent, "peak_bytes": peak,
+            "cache_bytes": sum(c.cache_bytes for c in caches)}
 
 
 def stream_report(request: StreamRequest, results) -> tuple[torch.Tensor, torch.Tensor, dict]:

@@ -26,7 +26,6 @@ from cpcourse.attention import attention_with_lse
 from cpcourse.support.bytecount import count_bytes
 from cpcourse.support.errors import require
 from cpcourse.tinydit.model import CPContext, TinyVideoDiT, load_weights, patchify, unpatchify
-from cpcourse.tinydit.sampling import initial_noise
 from cpcourse.tinydit.training import SAMPLE_STEPS
 
 
@@ -160,28 +159,3 @@ def evaluate_causal(model: TinyVideoDiT, prompts=None, seeds=range(8), steps: in
         return stream_latents(model, noise, label, chunk or CHUNK, steps, cfg_scale)
 
     return evaluate(model, prompts, seeds, steps, cfg_scale, sampler=streamed, progress=progress)
-
-
-def stream_rank(spec: dict) -> dict:
-    """What each rank of `cpcourse generate --causal` runs under `cpcourse.launch`: its pieces
-    of every chunk, the bytes it sent per chunk, its peak tensor memory and its cache's bytes."""
-    import torch.distributed as dist
-
-    from cpcourse.causal import KVCacheCP
-    from cpcourse.support.dtypes import torch_dtype
-    from cpcourse.support.peak_memory import peak_memory
-
-    rank, world = dist.get_rank(), dist.get_world_size()
-    dtype = torch_dtype(spec["dtype"])
-    model = load_weights(spec["weights"], dtype)[0]
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], dtype)
-    caches, sent = [], []
-
-    def new_cache():
-        caches.append(KVCacheCP(spec["kv_cache"], group=dist.group.WORLD))
-        return caches[-1]
-
-    pieces, peak = peak_memory(stream_sample, model, noise, spec["label"], spec["chunk"],
-                               new_cache, spec["steps"], spec["cfg_scale"], rank, world, sent)
-    return {"rank": rank, "pieces": pieces, "bytes_per_chunk": sent, "peak_bytes": peak,
-            "cache_bytes": sum(c.cache_bytes for c in caches)}

@@ -23,11 +23,13 @@ STEPS = 2   # exactness does not depend on the number of steps; fewer keep the l
 DESIGNS_AT = {1: ("pass-q",), 2: DESIGNS, 4: DESIGNS}
 
 
-def stream_every_design(spec, designs):
+def stream_every_design(req, designs):
     """Each rank: the same clip streamed once per cache design."""
-    from cpcourse.tinydit.streaming import stream_rank
+    import dataclasses
 
-    return {d: stream_rank({**spec, "kv_cache": d}) for d in designs}
+    from cpcourse.runs.stream import rank
+
+    return {d: rank(dataclasses.replace(req, kv_cache=d)) for d in designs}
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +67,7 @@ def single(request_):
 def runs(request, request_):
     world = request.param
     results = launch(f"{__file__}:stream_every_design", world, timeout=300, stream=False,
-                     args=(request_.rank_spec(), DESIGNS_AT[world]))
+                     args=(request_, DESIGNS_AT[world]))
     return world, results
 
 
