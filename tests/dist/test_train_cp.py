@@ -86,4 +86,10 @@ def test_cp_training_gives_one_process_weights(capsys, argv):
     predicted = report["predicted_activation_bytes_per_rank"]
     for got in report["activation_bytes_per_rank"]:
         assert abs(got - predicted) <= 0.03 * predicted, (got, predicted)
-    assert max(report["peak_bytes_per_rank"]) < report["peak_bytes_single"]
+    if "--checkpoint" not in argv:
+        # Without checkpointing the activations dominate the peak, and each rank holds 1/sp of
+        # them. With it the peak is the weights, their gradients and momentum, which every rank
+        # holds whole: a rank's peak then sits within a few % of one process's, either side
+        # (1.94 MB vs 1.91 MB at sp = 2 in one run, 1.74 MB in another), so only the activations
+        # above are compared.
+        assert max(report["peak_bytes_per_rank"]) < report["peak_bytes_single"]
