@@ -15,7 +15,7 @@ from cpcourse.planner import costs, plan, throughput, tokens, validation
 from cpcourse.planner.text_encoder import PLACES
 from cpcourse.support.errors import InputError
 from cpcourse.support.modes import ALWAYS, refuse_inactive
-from cpcourse.viz.fmt import plural as _plural
+from cpcourse.viz.fmt import plural
 
 
 def _gb(x: float) -> str:
@@ -288,7 +288,7 @@ def _plan_cmd(args):
     d["objective"] = "latency"
     if not d["valid"]:
         return d, f"{d['model']}: layout {args.layout} is not valid: {d['reason']}"
-    text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({_plural(d['nodes'], 'node')}): "
+    text = (f"{d['model']} on {d['gpus']} x {d['gpu']} ({plural(d['nodes'], 'node')}): "
             f"{plan.Layout(**d['layout'])}, {_gb(d['per_gpu_bytes'])} per GPU "
             f"({'fits' if d['fits'] else 'does NOT fit'}), {d['seconds_per_step']:.2f} s per "
             f"step, {d['seconds_total']:.0f} s for {d['steps']} steps and the fixed costs "
