@@ -120,3 +120,25 @@ def test_bench_approx_refuses_warmups_past_the_steps(argv, says, capsys):
         assert main(["bench", "approx", "--seeds", "1", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and says in err, err
+
+
+def test_memory_per_rank_prices_the_stale_buffers():
+    """DistriFusion keeps every layer's K/V of the whole sequence: for Wan 2.1 14B at 720p,
+    40 x 75,600 x 5,120 x 2 (K, V) x 2 B = 61.9 GB per forward, twice that with CFG batched,
+    whatever P; PipeFusion keeps only its stage's layers, AsyncDiff two hidden states."""
+    from cpcourse.approx.projection import memory_per_rank, project
+
+    for world in (2, 8):
+        mem = memory_per_rank("wan2.1-t2v-14b", world)
+        assert mem["displaced"]["stale"] == 2 * 40 * 2 * 75600 * 5120 * 2
+        assert mem["pipefusion"]["stale"] == mem["displaced"]["stale"] // world
+        assert mem["asyncdiff"]["stale"] == 2 * 2 * 75600 * 5120 * 2
+        assert mem["naive"]["stale"] == 0
+        assert mem["pipefusion"]["weights"] == pytest.approx(mem["exact"]["weights"] / world,
+                                                             abs=1)
+        for row in mem.values():
+            assert row["total"] == pytest.approx(row["weights"] + row["stale"]
+                                                 + row["activations"], abs=2)
+    p = project("wan2.1-t2v-14b", "h100", 8)
+    assert not p["methods"]["displaced"]["fits"] and p["methods"]["ring"]["fits"]
+    assert p["methods"]["pipefusion"]["fits"]
