@@ -142,3 +142,24 @@ def test_memory_per_rank_prices_the_stale_buffers():
     p = project("wan2.1-t2v-14b", "h100", 8)
     assert not p["methods"]["displaced"]["fits"] and p["methods"]["ring"]["fits"]
     assert p["methods"]["pipefusion"]["fits"]
+
+
+@pytest.mark.parametrize("rule", ["output", "residual"])
+def test_first_block_cache_rules_on_one_process(rule):
+    """Threshold 0 never skips (the uncached sample exactly); the residual rule (ParaAttention's)
+    keeps its reference at the last full step, so a huge threshold skips every step after the
+    first under both rules, and a skipped step never moves the residual rule's reference."""
+    import torch
+
+    from cpcourse.approx.fbcache import sample_cached
+    from cpcourse.tinydit.model import DiTConfig, build_model
+    from cpcourse.tinydit.sampling import initial_noise, sample
+
+    cfg = DiTConfig(in_channels=3, patch=2, hidden=16, heads=2, depth=3, num_classes=4)
+    model = build_model(cfg, 0, torch.float64)
+    noise = initial_noise((1, 3, 3, 4, 6), 1, torch.float64)
+    plain = sample(model, noise, 1, 4, 2.0)
+    out, cache = sample_cached(model, noise, 1, 4, 2.0, 0.0, rule)
+    assert cache.skipped == 0 and torch.equal(out, plain)
+    out, cache = sample_cached(model, noise, 1, 4, 2.0, 1e9, rule)
+    assert cache.skipped == 3 and cache.changes[0] is None
