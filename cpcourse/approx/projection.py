@@ -106,7 +106,8 @@ def project(model, gpu: str, world: int, tok=None) -> dict:
             "asyncdiff": hidden * (world - 1)}
     mem = memory_per_rank(m, world, tok, g.id)
     out = {"model": m.id, "gpu": g.id, "world": world, "link": link.id, "tokens": n,
-           "compute_seconds": compute, "hbm_bytes": g.hbm_bytes, "methods": {}}
+           "compute_seconds": compute, "forwards_per_step": forwards,
+           "hbm_bytes": g.hbm_bytes, "methods": {}}
     for method, nbytes in sent.items():
         comm = nbytes / rate
         hides = method in ("displaced", "asyncdiff", "pipefusion")
