@@ -10,6 +10,8 @@ from unittest import mock
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cpcourse.approx.costs import bytes_per_step
 from cpcourse.approx.quality import compare, psnr
@@ -163,3 +165,24 @@ def test_first_block_cache_rules_on_one_process(rule):
     assert cache.skipped == 0 and torch.equal(out, plain)
     out, cache = sample_cached(model, noise, 1, 4, 2.0, 1e9, rule)
     assert cache.skipped == 3 and cache.changes[0] is None
+
+
+@settings(max_examples=20, deadline=None)
+@given(model=st.sampled_from(["wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "hunyuanvideo-13b",
+                              "cogvideox-5b"]),
+       world=st.integers(2, 8))
+def test_stale_buffers_order_and_scaling(model, world):
+    """Whatever the model and P: displaced keeps L x 2 N h per forward whatever P, PipeFusion at
+    most that over P (rounded up to whole layers), AsyncDiff two hidden states, naive nothing;
+    the stage methods hold 1/P of the weights."""
+    from cpcourse.approx.projection import memory_per_rank
+    from cpcourse.planner.tokens import get_model, model_tokens
+
+    m, n = get_model(model), model_tokens(model).sequence_length
+    mem = memory_per_rank(model, world)
+    per_layer = 2 * n * m.hidden * 2 * m.cfg_forwards
+    assert mem["displaced"]["stale"] == m.layers * per_layer
+    assert mem["pipefusion"]["stale"] == -(-m.layers // world) * per_layer
+    assert mem["asyncdiff"]["stale"] == per_layer and mem["naive"]["stale"] == 0
+    assert mem["pipefusion"]["weights"] <= mem["exact"]["weights"] / world + 1
+    assert mem["displaced"]["total"] > mem["naive"]["total"]
