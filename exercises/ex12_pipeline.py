@@ -1,8 +1,8 @@
 # Yours to edit. Generated from solutions/ex12_pipeline.py by tools/make_exercises.py
-# stub-sha256: 8e7b09c961a7312c (how the generator tells your edits from its output)
+# stub-sha256: c35468ebdd24c685 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 12, the whole pipeline: the halo a stack of convolutions needs, and a
-bug hunt in a sampler whose ranks each hold the whole latent.
+bug hunt in a stochastic sampler whose ranks each hold the whole latent.
 
     python -m pytest tests/graded --ex 12.1 --impl exercises
 
@@ -39,41 +39,51 @@ def halo_rows(layers: list[str]) -> int:
     )
 
 
-def replicated_sample_buggy(velocity, shape: tuple, seed: int, world: int,
-                            steps: int) -> torch.Tensor:
-    """A pipeline in which every rank holds the WHOLE latent, as a colleague wrote it (do not
-    copy it): the ranks are simulated in this process. Right on one rank, static on two.
+def replicated_sample_buggy(velocity, shape: tuple, seed: int, world: int, steps: int,
+                            churn: float = 0.5) -> torch.Tensor:
+    """A stochastic sampler in which every rank holds the WHOLE latent, as a colleague wrote it
+    (do not copy it): the ranks are simulated in this process. Right on one rank.
 
     Each step, rank r gives the transformer (run under CP) its frames of its own copy; the
-    velocity of every frame is gathered, and every rank steps its own copy with it. Rank 0's
-    copy is what gets decoded.
+    velocity of every frame is gathered, and every rank takes the Euler step on its own copy.
+    Like an SDE or a few-step consistency sampler, it then adds fresh noise (after every step
+    but the last). Rank 0's copy is what gets decoded. The colleague read section 5 and starts
+    every rank from the same noise.
     """
-    # every rank its own seed, so that no two ranks draw the same numbers
-    copies = [initial_noise(shape, seed + rank) for rank in range(world)]
+    copies = [initial_noise(shape, seed) for _ in range(world)]  # section 5: one noise
+    # the noise drawn inside the loop: a generator per rank, as data-parallel scripts do
+    gens = [torch.Generator().manual_seed(seed + 1 + rank) for rank in range(world)]
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         frames = [torch.tensor_split(c, world, dim=2)[r] for r, c in enumerate(copies)]
         v = velocity(torch.cat(frames, dim=2), float(times[i]))  # the CP forward, gathered
         copies = [c + float(times[i + 1] - times[i]) * v for c in copies]
+        if i < steps - 1:
+            copies = [c + churn * float(times[i + 1]) * torch.randn(
+                shape, generator=g, dtype=torch.float64).to(c.dtype)
+                for c, g in zip(copies, gens, strict=True)]
     return copies[0]
 
 
-def replicated_sample(velocity, shape: tuple, seed: int, world: int,
-                      steps: int) -> torch.Tensor:
-    """`replicated_sample_buggy`, fixed: rank 0's copy `[B, C, T, Hl, Wl]` after `steps` Euler
-    steps from t = 1 to t = 0 (times `torch.linspace(1, 0, steps + 1)` in float64).
+def replicated_sample(velocity, shape: tuple, seed: int, world: int, steps: int,
+                      churn: float = 0.5) -> torch.Tensor:
+    """`replicated_sample_buggy`, fixed: rank 0's copy `[B, C, T, Hl, Wl]` after `steps` steps
+    from t = 1 to t = 0 (times `torch.linspace(1, 0, steps + 1)` in float64).
 
     velocity(x, t) -> v: the transformer's velocity for the whole latent `x [B, C, T, Hl, Wl]`
     at time t (a float), same shape. Keep the structure (every rank a whole copy, rank r's
-    frames of its copy fed to the transformer, the gathered velocity applied to every copy).
-    The result must equal the one-process sampler started from `initial_noise(shape, seed)`,
-    for any `world` from 1 to the number of frames T, whatever the global RNG's state.
+    frames of its copy fed to the transformer, the gathered velocity applied to every copy,
+    fresh noise scaled by churn * t_{i+1} added after every step i but the last).
+    The result must equal the one-process sampler: start from `initial_noise(shape, seed)`,
+    and draw the noise of the steps, in order, from one `torch.Generator()` seeded `seed + 1`
+    (`torch.randn(shape, generator=g, dtype=torch.float64)`), for any `world` from 1 to the
+    number of frames T, whatever the global RNG's state.
     """
     # Exercise 12.2: write your code here, then delete the raise.
     raise NotImplementedError(
         "Exercise 12.2 replicated_sample: read notebook 12, \"Bug hunt: static from a "
-        "sampler\". Hint: on one rank the buggy sampler is right. On two, which frames "
-        "does the transformer see from which copy, and what does each copy keep of "
-        "its own noise after the steps? Which copies must be equal for rank 0's copy "
-        "to be the one-process sample? (2 more: cpcourse.hint(\"12.2\"))"
+        "stochastic sampler\". Hint: on one rank the buggy sampler is right. On two, "
+        "the copies start equal; are they still equal after the first step that adds "
+        "noise? Which frames of which copy does the transformer see next? (2 more: "
+        "cpcourse.hint(\"12.2\"))"
     )

@@ -1,5 +1,5 @@
 """Exercises of notebook 12, the whole pipeline: the halo a stack of convolutions needs, and a
-bug hunt in a sampler whose ranks each hold the whole latent.
+bug hunt in a stochastic sampler whose ranks each hold the whole latent.
 
     python -m pytest tests/graded --ex 12.1 --impl exercises
 
@@ -47,51 +47,66 @@ def halo_rows(layers: list[str]) -> int:
     # END SOLUTION
 
 
-def replicated_sample_buggy(velocity, shape: tuple, seed: int, world: int,
-                            steps: int) -> torch.Tensor:
-    """A pipeline in which every rank holds the WHOLE latent, as a colleague wrote it (do not
-    copy it): the ranks are simulated in this process. Right on one rank, static on two.
+def replicated_sample_buggy(velocity, shape: tuple, seed: int, world: int, steps: int,
+                            churn: float = 0.5) -> torch.Tensor:
+    """A stochastic sampler in which every rank holds the WHOLE latent, as a colleague wrote it
+    (do not copy it): the ranks are simulated in this process. Right on one rank.
 
     Each step, rank r gives the transformer (run under CP) its frames of its own copy; the
-    velocity of every frame is gathered, and every rank steps its own copy with it. Rank 0's
-    copy is what gets decoded.
+    velocity of every frame is gathered, and every rank takes the Euler step on its own copy.
+    Like an SDE or a few-step consistency sampler, it then adds fresh noise (after every step
+    but the last). Rank 0's copy is what gets decoded. The colleague read section 5 and starts
+    every rank from the same noise.
     """
-    # every rank its own seed, so that no two ranks draw the same numbers
-    copies = [initial_noise(shape, seed + rank) for rank in range(world)]
+    copies = [initial_noise(shape, seed) for _ in range(world)]  # section 5: one noise
+    # the noise drawn inside the loop: a generator per rank, as data-parallel scripts do
+    gens = [torch.Generator().manual_seed(seed + 1 + rank) for rank in range(world)]
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         frames = [torch.tensor_split(c, world, dim=2)[r] for r, c in enumerate(copies)]
         v = velocity(torch.cat(frames, dim=2), float(times[i]))  # the CP forward, gathered
         copies = [c + float(times[i + 1] - times[i]) * v for c in copies]
+        if i < steps - 1:
+            copies = [c + churn * float(times[i + 1]) * torch.randn(
+                shape, generator=g, dtype=torch.float64).to(c.dtype)
+                for c, g in zip(copies, gens, strict=True)]
     return copies[0]
 
 
-def replicated_sample(velocity, shape: tuple, seed: int, world: int,
-                      steps: int) -> torch.Tensor:
-    """`replicated_sample_buggy`, fixed: rank 0's copy `[B, C, T, Hl, Wl]` after `steps` Euler
-    steps from t = 1 to t = 0 (times `torch.linspace(1, 0, steps + 1)` in float64).
+def replicated_sample(velocity, shape: tuple, seed: int, world: int, steps: int,
+                      churn: float = 0.5) -> torch.Tensor:
+    """`replicated_sample_buggy`, fixed: rank 0's copy `[B, C, T, Hl, Wl]` after `steps` steps
+    from t = 1 to t = 0 (times `torch.linspace(1, 0, steps + 1)` in float64).
 
     velocity(x, t) -> v: the transformer's velocity for the whole latent `x [B, C, T, Hl, Wl]`
     at time t (a float), same shape. Keep the structure (every rank a whole copy, rank r's
-    frames of its copy fed to the transformer, the gathered velocity applied to every copy).
-    The result must equal the one-process sampler started from `initial_noise(shape, seed)`,
-    for any `world` from 1 to the number of frames T, whatever the global RNG's state.
+    frames of its copy fed to the transformer, the gathered velocity applied to every copy,
+    fresh noise scaled by churn * t_{i+1} added after every step i but the last).
+    The result must equal the one-process sampler: start from `initial_noise(shape, seed)`,
+    and draw the noise of the steps, in order, from one `torch.Generator()` seeded `seed + 1`
+    (`torch.randn(shape, generator=g, dtype=torch.float64)`), for any `world` from 1 to the
+    number of frames T, whatever the global RNG's state.
     """
-    # BEGIN SOLUTION 12.2 | notebook 12, "Bug hunt: static from a sampler"
-    # | hint: on one rank the buggy sampler is right. On two, which frames does the transformer
-    # | see from which copy, and what does each copy keep of its own noise after the steps?
-    # | Which copies must be equal for rank 0's copy to be the one-process sample?
-    # | hint2: world 2, T = 4: the transformer sees frames 0-1 of copy 0 and frames 2-3 of copy
-    # | 1. Both copies receive the same velocity, so copy 0 ends as that path plus (copy 0 -
-    # | the patchwork) on frames 2-3: the difference of two independent noises, which is the
-    # | static. Equal copies make the patchwork equal to every copy.
-    # | hint3: copies = [initial_noise(shape, seed)] * world (one seed, the whole shape, for
-    # | every rank); the rest of the buggy sampler is right.
+    # BEGIN SOLUTION 12.2 | notebook 12, "Bug hunt: static from a stochastic sampler"
+    # | hint: on one rank the buggy sampler is right. On two, the copies start equal; are they
+    # | still equal after the first step that adds noise? Which frames of which copy does the
+    # | transformer see next?
+    # | hint2: world 2, T = 4: after step 0 copy 0 holds noise A, copy 1 noise B. The
+    # | transformer sees frames 0-1 of copy 0 and frames 2-3 of copy 1; both copies receive
+    # | that patchwork's velocity, so copy 0 keeps A - B on frames 2-3: static that grows with
+    # | every noisy step.
+    # | hint3: one generator stream for every rank: gens = [torch.Generator().manual_seed(seed
+    # | + 1) for _ in range(world)] (each rank draws the same numbers); the rest is right.
     copies = [initial_noise(shape, seed) for _ in range(world)]
+    gens = [torch.Generator().manual_seed(seed + 1) for _ in range(world)]
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
         frames = [torch.tensor_split(c, world, dim=2)[r] for r, c in enumerate(copies)]
         v = velocity(torch.cat(frames, dim=2), float(times[i]))
         copies = [c + float(times[i + 1] - times[i]) * v for c in copies]
+        if i < steps - 1:
+            copies = [c + churn * float(times[i + 1]) * torch.randn(
+                shape, generator=g, dtype=torch.float64).to(c.dtype)
+                for c, g in zip(copies, gens, strict=True)]
     return copies[0]
     # END SOLUTION

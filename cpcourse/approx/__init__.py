@@ -15,7 +15,9 @@ sampler (`cpcourse.tinydit.sampling.sample`) drives:
     fbcache     first-block cache: skip a step whose first block barely changed (all ranks agree)
     rank        what each rank of `cpcourse generate --approx` runs
     costs       the bytes each rank sends per step, per method; quality: PSNR vs the exact clip
-    projection  the same traffic on a real model and GPU link: what each method leaves exposed
+    projection  the same traffic on a real model and GPU link: what each method leaves exposed,
+                and the memory per rank it holds (weights, stale buffers, activations)
+    papers      what the methods' papers published, with sources
 
 The first `warmup` steps of every method are exact (synchronous); with warmup >= steps every
 method gives the exact clip.

@@ -2,9 +2,10 @@
 
     cpcourse generate --prompt circle-right --nproc 2 --approx naive --warmup 0 --compare
 
-The baseline DistriFusion beats (its "naive patch" row: FID 33.6 against 24.0, duplicated
-subjects). In a video the rank's frames never see the others' after the warm-up, so motion that
-should continue across the shard boundary is free to break there. Shapes `[B, H, T_r, S, D]`.
+The baseline DistriFusion's paper (arXiv 2402.19481) beats: patches that never see each other
+lose fidelity where they meet. In a video the rank's frames never see the others' after the
+warm-up, so motion that should continue across the shard boundary is free to break there.
+Shapes `[B, H, T_r, S, D]`.
 """
 
 from __future__ import annotations

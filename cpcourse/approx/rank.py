@@ -68,7 +68,8 @@ def _one_clip(model, spec: dict, label, seed: int) -> dict:
                          attend=waits))
         noise = noise.contiguous()
         runner = model if spec.get("cache") is None else FirstBlockCache(
-            model, group, spec["cache_threshold"], spec.get("cache_decide", "global"))
+            model, group, spec["cache_threshold"], spec.get("cache_decide", "global"),
+            spec.get("cache_rule", "output"))
     times: list[float] = []
     with count_bytes() as sent:
         frames = sample(runner, noise, label, spec["steps"], spec["cfg_scale"], ctx, times)

@@ -3,9 +3,12 @@ step waits on (exposed) or that runs beside it (hidden).
 
     jupyter lab notebooks/13_trading_exactness_for_communication.ipynb
 
-A schematic drawn to the methods' own byte counts (`cpcourse.approx.costs`): a layer's compute
-is one unit, and a message takes `comm` units per layer's worth of exact CP's K/V (`comm` says
-how slow the link is against the GPU). Rank 0's view, after the warm-up.
+A schematic drawn to the methods' own byte counts (`cpcourse.approx.costs`), at equal per-rank
+compute: every method does 1/P of the model's work per step, the patch methods all L layers on
+1/P of the frames, PipeFusion and AsyncDiff L/P layers on all of them. One unit is 1/P of one
+layer's work over the whole clip (so a step's compute is L units on every rank, whatever the
+method), and a message takes `comm` units per layer's worth of exact CP's K/V (`comm` says how
+slow the link is against the GPU). Rank 0's view, after the warm-up.
 """
 
 from __future__ import annotations
@@ -36,7 +39,10 @@ def step_segments(method: str, cfg, shape, world: int, comm: float, patches: int
             elif method == "displaced":  # waited on at this layer one step later
                 out.append((1, t, msg / layers, "hidden"))
         return out
-    stage = layers / world  # pipefusion and asyncdiff: rank 0 runs 1 / P of the blocks
+    # pipefusion and asyncdiff: rank 0 runs 1 / P of the blocks, but on every frame: the same
+    # work as a patch rank's L layers on 1 / P of the frames (PipeFusion, arXiv 2405.14430;
+    # AsyncDiff, arXiv 2406.06911)
+    stage = float(layers)  # L / P blocks x P times the tokens of a patch rank
     chunks = patches if method == "pipefusion" else 1
     for _ in range(chunks):  # each patch's hidden state leaves while the next one computes
         out.append((0, t, stage / chunks, "compute"))
@@ -58,6 +64,7 @@ def timeline_figure(methods, cfg, shape, world: int, comm: float, patches: int =
         ax.set_ylim(-0.5, 1.5)
     fig.legend(handles=[Patch(color=c, label=k) for k, c in COLORS.items()], ncol=3,
                loc="upper right", fontsize=8)
-    axes[-1].set_xlabel("time, in units of one layer's compute (rank 0, one step after warm-up)")
+    axes[-1].set_xlabel("time, in units of 1/P of one layer's work on the whole clip (rank 0, "
+                       "one step after warm-up; every method computes the same per step)")
     fig.tight_layout(rect=(0, 0, 1, 0.93))
     return fig

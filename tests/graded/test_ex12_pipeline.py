@@ -83,12 +83,18 @@ def _velocity(x, t):
     return x - (1 - t) * x.mean(dim=2, keepdim=True).tanh()
 
 
-def _one_process(shape, seed, steps):
-    """The sampler on one process: Euler from t = 1 to 0 on the whole latent."""
+def _one_process(shape, seed, steps, churn=0.5, velocity=_velocity):
+    """The stochastic sampler on one process: Euler from t = 1 to 0 on the whole latent, fresh
+    noise from one generator (seeded seed + 1) scaled by churn * t after every step but the
+    last."""
     x = initial_noise(shape, seed)
+    gen = torch.Generator().manual_seed(seed + 1)
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     for i in range(steps):
-        x = x + float(times[i + 1] - times[i]) * _velocity(x, float(times[i]))
+        x = x + float(times[i + 1] - times[i]) * velocity(x, float(times[i]))
+        if i < steps - 1:
+            x = x + churn * float(times[i + 1]) * torch.randn(shape, generator=gen,
+                                                              dtype=torch.float64).to(x.dtype)
     return x
 
 
@@ -100,20 +106,25 @@ def test_replicated_sample_is_one_process_at_any_rank_count(impl):
         frames = rng.randint(1, 9)
         shape = (1, rng.randint(1, 3), frames, rng.randint(1, 4), rng.randint(1, 4))
         seed, steps = rng.randint(0, 10**6), rng.randint(1, 4)
-        want = _one_process(shape, seed, steps)
+        churn = rng.choice([0.0, 0.3, 1.0])
+        want = _one_process(shape, seed, steps, churn)
         for world in range(1, min(frames, 4) + 1):
             torch.manual_seed(rng.randint(0, 10**6))  # the global RNG must not matter
-            got = mod.replicated_sample(_velocity, shape, seed, world, steps)
+            got = mod.replicated_sample(_velocity, shape, seed, world, steps, churn)
             assert_close(got, want, atol=1e-6, rtol=1e-6, dims=("B", "C", "T", "H", "W"),
-                         name=f"rank 0's copy, {world} ranks, shape {shape}, seed {seed}",
-                         hint="every rank must start from the same whole noise")
+                         name=f"rank 0's copy, {world} ranks, shape {shape}, seed {seed}, "
+                              f"{steps} steps, churn {churn}",
+                         hint="every rank must start from the same whole noise, and draw the "
+                              "same noise inside the loop")
 
 
 @pytest.mark.ex("12.2")
 def test_replicated_sample_starts_from_the_library_noise(impl):
     mod = impl("ex12_pipeline")
     shape, seed = (1, 2, 5, 3, 3), 7
-    got = mod.replicated_sample(lambda x, t: torch.zeros_like(x), shape, seed, 3, 2)
+    got = mod.replicated_sample(lambda x, t: torch.zeros_like(x), shape, seed, 3, 2, 0.0)
     assert_close(got, initial_noise(shape, seed), atol=0, rtol=0,
                  dims=("B", "C", "T", "H", "W"), name="a sampler whose velocity is zero",
-                 hint="with v = 0 the sample is the starting noise: initial_noise(shape, seed)")
+                 hint="with v = 0 and no churn the sample is the starting noise: "
+                      "initial_noise(shape, seed)")
+

@@ -10,6 +10,8 @@ from unittest import mock
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from cpcourse.approx.costs import bytes_per_step
 from cpcourse.approx.quality import compare, psnr
@@ -120,3 +122,67 @@ def test_bench_approx_refuses_warmups_past_the_steps(argv, says, capsys):
         assert main(["bench", "approx", "--seeds", "1", *argv]) == 2
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1 and says in err, err
+
+
+def test_memory_per_rank_prices_the_stale_buffers():
+    """DistriFusion keeps every layer's K/V of the whole sequence: for Wan 2.1 14B at 720p,
+    40 x 75,600 x 5,120 x 2 (K, V) x 2 B = 61.9 GB per forward, twice that with CFG batched,
+    whatever P; PipeFusion keeps only its stage's layers, AsyncDiff two hidden states."""
+    from cpcourse.approx.projection import memory_per_rank, project
+
+    for world in (2, 8):
+        mem = memory_per_rank("wan2.1-t2v-14b", world)
+        assert mem["displaced"]["stale"] == 2 * 40 * 2 * 75600 * 5120 * 2
+        assert mem["pipefusion"]["stale"] == mem["displaced"]["stale"] // world
+        assert mem["asyncdiff"]["stale"] == 2 * 2 * 75600 * 5120 * 2
+        assert mem["naive"]["stale"] == 0
+        assert mem["pipefusion"]["weights"] == pytest.approx(mem["exact"]["weights"] / world,
+                                                             abs=1)
+        for row in mem.values():
+            assert row["total"] == pytest.approx(row["weights"] + row["stale"]
+                                                 + row["activations"], abs=2)
+    p = project("wan2.1-t2v-14b", "h100", 8)
+    assert not p["methods"]["displaced"]["fits"] and p["methods"]["ring"]["fits"]
+    assert p["methods"]["pipefusion"]["fits"]
+
+
+@pytest.mark.parametrize("rule", ["output", "residual"])
+def test_first_block_cache_rules_on_one_process(rule):
+    """Threshold 0 never skips (the uncached sample exactly); the residual rule (ParaAttention's)
+    keeps its reference at the last full step, so a huge threshold skips every step after the
+    first under both rules, and a skipped step never moves the residual rule's reference."""
+    import torch
+
+    from cpcourse.approx.fbcache import sample_cached
+    from cpcourse.tinydit.model import DiTConfig, build_model
+    from cpcourse.tinydit.sampling import initial_noise, sample
+
+    cfg = DiTConfig(in_channels=3, patch=2, hidden=16, heads=2, depth=3, num_classes=4)
+    model = build_model(cfg, 0, torch.float64)
+    noise = initial_noise((1, 3, 3, 4, 6), 1, torch.float64)
+    plain = sample(model, noise, 1, 4, 2.0)
+    out, cache = sample_cached(model, noise, 1, 4, 2.0, 0.0, rule)
+    assert cache.skipped == 0 and torch.equal(out, plain)
+    out, cache = sample_cached(model, noise, 1, 4, 2.0, 1e9, rule)
+    assert cache.skipped == 3 and cache.changes[0] is None
+
+
+@settings(max_examples=20, deadline=None)
+@given(model=st.sampled_from(["wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "hunyuanvideo-13b",
+                              "cogvideox-5b"]),
+       world=st.integers(2, 8))
+def test_stale_buffers_order_and_scaling(model, world):
+    """Whatever the model and P: displaced keeps L x 2 N h per forward whatever P, PipeFusion at
+    most that over P (rounded up to whole layers), AsyncDiff two hidden states, naive nothing;
+    the stage methods hold 1/P of the weights."""
+    from cpcourse.approx.projection import memory_per_rank
+    from cpcourse.planner.tokens import get_model, model_tokens
+
+    m, n = get_model(model), model_tokens(model).sequence_length
+    mem = memory_per_rank(model, world)
+    per_layer = 2 * n * m.hidden * 2 * m.cfg_forwards
+    assert mem["displaced"]["stale"] == m.layers * per_layer
+    assert mem["pipefusion"]["stale"] == -(-m.layers // world) * per_layer
+    assert mem["asyncdiff"]["stale"] == per_layer and mem["naive"]["stale"] == 0
+    assert mem["pipefusion"]["weights"] <= mem["exact"]["weights"] / world + 1
+    assert mem["displaced"]["total"] > mem["naive"]["total"]

@@ -46,3 +46,14 @@ def test_a_sweep_refuses_requests_on_different_numbers_of_ranks():
     reqs = [check_approx(n, approx="naive", prompt="circle-right", steps=2) for n in (2, 4)]
     with pytest.raises(InputError, match="same nproc"):
         approx_sweep(reqs, [])
+
+
+@pytest.mark.parametrize("world", [2, 3, 4])
+def test_every_method_computes_the_same_per_step(world):
+    """Every method does 1/P of the model's work per step (PipeFusion: L/P layers on every
+    frame; the patch methods: L layers on 1/P of the frames): equal compute bars."""
+    cfg = shapes_config()
+    for method in ("exact", *METHODS):
+        segs = step_segments(method, cfg, SHAPE, world, 0.4)
+        compute = sum(length for lane, _, length, _ in segs if lane == 0)
+        assert compute == pytest.approx(cfg.depth), method
