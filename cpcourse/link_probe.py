@@ -1,15 +1,15 @@
 """The link measured alone: a ping-pong between two ranks, with nothing else to wait for.
 
-    python -c "from cpcourse.link_probe import LinkProbeRequest, run; print(run(LinkProbeRequest()))"
+    python -c "from cpcourse.link_probe import LinkProbeRequest as R, run; print(run(R()))"
 
 Reading a link's bandwidth off a ring as bytes over the seconds spent inside the communication
 call measures mostly waiting: a rank that reaches `wait()` before its peer has finished its own
 compute counts the peer's lateness as "communication". A benchmark times the link alone: both
 ranks synchronise, then rank 0 sends a block to rank 1, which sends it straight back, `inner`
 times in a row; half a round trip is one message's time. Repeated for several sizes, the
-fastest samples (the median adds what the
-scheduler of a busy machine adds) fit the alpha-beta model of `cpcourse.planner.collectives` (`fit_alpha_beta`):
-a message of n bytes takes alpha + n / B.
+fastest samples fit the alpha-beta model of `cpcourse.planner.collectives` (`fit_alpha_beta`):
+a message of n bytes takes alpha + n / B. (The median adds what the scheduler of a busy
+machine adds; both are returned.)
 
 `ring_prediction` then prices a measured ring's hops with that alpha and B, step by step, and
 says what the ring's communication would have cost had it only moved bytes: in blocking mode
