@@ -141,3 +141,24 @@ def attention_comm_seconds(method: str, tokens_per_rank: int, heads: int, head_d
         out["latency_s"] += count * c["latency_s"]
         out["bytes_sent"] += count * c["bytes_sent"]
     return out
+
+
+def layer_seconds(method: str, tokens: int, heads: int, head_dim: int, world: int, *,
+                  flops: float, alpha: float, gbps: float, dtype_bytes: int = 2) -> dict:
+    """One attention layer of `tokens` (even split over `world` ranks) under `method`: its
+    compute at `flops` FLOP/s per rank, its communication (`attention_comm_seconds`) and what
+    of it is exposed. Ring: a hop hides behind the step beside it, so (P - 1) x max(0, hop -
+    step) shows. All-gather: all of it, unless prefetched a layer ahead (memory permitting).
+    Ulysses: all of it. Keys: method, compute_s, comm_s, exposed_s, latency_s, seconds."""
+    world = positive_int("world", world)
+    lq = positive_int("tokens", tokens) / world
+    compute = 4 * lq * tokens * head_dim * heads / positive_float("flops", flops, low=1.0)
+    c = attention_comm_seconds(method, max(1, round(lq)), heads, head_dim, world, alpha=alpha,
+                               gbps=gbps, dtype_bytes=dtype_bytes)
+    if method == "ring" and world > 1:
+        hop, step = c["overlappable_s"] / (world - 1), compute / world
+        exposed = (world - 1) * max(0.0, hop - step)
+    else:
+        exposed = c["seconds"]
+    return {"method": method, "compute_s": compute, "comm_s": c["seconds"],
+            "exposed_s": exposed, "latency_s": c["latency_s"], "seconds": compute + exposed}
