@@ -162,3 +162,25 @@ def layer_seconds(method: str, tokens: int, heads: int, head_dim: int, world: in
         exposed = c["seconds"]
     return {"method": method, "compute_s": compute, "comm_s": c["seconds"],
             "exposed_s": exposed, "latency_s": c["latency_s"], "seconds": compute + exposed}
+
+
+def usp_layer_seconds(tokens: int, heads: int, head_dim: int, ulysses: int, ring: int, *,
+                      flops: float, alpha: float, intra_gbps: float, inter_gbps: float,
+                      dtype_bytes: int = 2) -> dict:
+    """One attention layer under USP on `ulysses` x `ring` GPUs: Ulysses' all-to-alls inside a
+    group of `ulysses` (at `intra_gbps`, NVLink), then a ring of `ring` groups (at
+    `inter_gbps`, one NIC per GPU) in which each GPU carries only heads / ulysses heads, so a
+    hop's bytes, and the NIC's floor, divide by `ulysses`. Keys: compute_s, exposed_s (the
+    all-to-alls plus what the ring does not hide), ring_bytes_per_gpu, seconds."""
+    u, r = positive_int("ulysses", ulysses), positive_int("ring", ring)
+    require(heads % u == 0, f"usp: a Ulysses degree of {u} must divide the {heads} heads")
+    uly = attention_comm_seconds("ulysses", max(1, round(tokens / (u * r))), heads, head_dim, u,
+                                 alpha=alpha, gbps=intra_gbps, dtype_bytes=dtype_bytes)
+    rg = layer_seconds("ring", tokens, heads // u, head_dim, r, flops=flops, alpha=alpha,
+                       gbps=inter_gbps, dtype_bytes=dtype_bytes)
+    ring_bytes = attention_comm_seconds("ring", max(1, round(tokens / r)), heads // u, head_dim,
+                                        r, alpha=alpha, gbps=inter_gbps,
+                                        dtype_bytes=dtype_bytes)["bytes_sent"]
+    exposed = uly["exposed_s"] + rg["exposed_s"]
+    return {"compute_s": rg["compute_s"], "exposed_s": exposed, "ring_bytes_per_gpu": ring_bytes,
+            "seconds": rg["compute_s"] + exposed}
