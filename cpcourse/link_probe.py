@@ -6,7 +6,7 @@ Reading a link's bandwidth off a ring as bytes over the seconds spent inside the
 call measures mostly waiting: a rank that reaches `wait()` before its peer has finished its own
 compute counts the peer's lateness as "communication". A benchmark times the link alone: both
 ranks synchronise, then rank 0 sends a block to rank 1, which sends it straight back, `inner`
-times in a row; half a round trip is one message's time. Repeated for several sizes, the
+times in a row, each timed; half a round trip is one message's time. Repeated for several sizes, the
 fastest samples fit the alpha-beta model of `cpcourse.planner.collectives` (`fit_alpha_beta`):
 a message of n bytes takes alpha + n / B. (The median adds what the scheduler of a busy
 machine adds; both are returned.)
@@ -40,9 +40,9 @@ DEFAULT_SIZES = (4096, 65536, 524288, 4194304)
 class LinkProbeRequest:
     """One ping-pong measurement between rank 0 and rank 1 (other ranks only synchronise).
 
-    sizes: message sizes in bytes (multiples of 4, at least two different); repeats: timed
-    samples per size (the fastest is the link's, the median what a busy machine
-    adds); inner: round trips per sample."""
+    sizes: message sizes in bytes (multiples of 4, at least two different); repeats: barriers
+    per size; inner: round trips timed after each barrier, one by one (of all of them, the
+    fastest is the link's, the median what a busy machine adds)."""
 
     nproc: int = 2
     sizes: tuple[int, ...] = DEFAULT_SIZES
@@ -67,21 +67,24 @@ class LinkProbeRequest:
 
 
 def rank(req: LinkProbeRequest) -> dict:
-    """One rank of the probe: the one-way seconds of every sample, per size (rank 0's are the
-    measurement; rank 1 echoes; other ranks only take part in the barriers)."""
+    """One rank of the probe (call it on every rank of a process group, e.g. inside a
+    `%%torchrun` cell): one-way seconds of every timed round trip, per size, aligned with
+    `sizes` (rank 0's are the measurement; rank 1 echoes; other ranks only join the barriers).
+    `summary` turns rank 0's into the fit."""
     me = dist.get_rank()
-    samples: dict[int, list[float]] = {}
+    samples: list[list[float]] = []
     for n in req.sizes:
         buf = torch.zeros(n // 4, dtype=torch.float32)
         _pingpong(buf, me, 1)  # warm-up: connection set-up and first-touch pages are not the link
-        samples[n] = []
+        samples.append([])
         for _ in range(req.repeats):
             dist.barrier()
             _pingpong(buf, me, 1)  # one exchange after the barrier: both ranks now in step
-            t0 = time.perf_counter()
-            _pingpong(buf, me, req.inner)
-            samples[n].append((time.perf_counter() - t0) / (2 * req.inner))
-    return {"rank": me, "one_way_s": samples}
+            for _ in range(req.inner):  # each round trip timed alone: a preempted one stands out
+                t0 = time.perf_counter()
+                _pingpong(buf, me, 1)
+                samples[-1].append((time.perf_counter() - t0) / 2)
+    return {"rank": me, "sizes": list(req.sizes), "one_way_s": samples}
 
 
 def _pingpong(buf: torch.Tensor, me: int, times: int) -> None:
@@ -95,22 +98,23 @@ def _pingpong(buf: torch.Tensor, me: int, times: int) -> None:
 
 
 def run(req: LinkProbeRequest) -> dict:
-    """Launch the probe; rank 0's timings and their alpha-beta fit.
-
-    Keys: sizes (bytes), median_s and min_s (one-way seconds per size), alpha_s and gbps
-    (decimal GB/s) fitted to the fastest samples, apparent_gbps (each size's bytes over its
-    fastest time), backend, nproc."""
+    """Launch the probe on `req.nproc` ranks; `summary` of rank 0's timings."""
     per_rank = launch(rank, req.nproc, timeout=req.timeout, args=(req,), stream=False,
                       threads=1)
-    mine = per_rank[0]["one_way_s"]
-    sizes = list(req.sizes)
-    median, fastest = ([f(mine[n]) for n in sizes] for f in (statistics.median, min))
+    return summary(per_rank[0]) | {"nproc": req.nproc}
+
+
+def summary(rank0: dict) -> dict:
+    """Rank 0's `rank` result as sizes (bytes), median_s and min_s (one-way seconds per size),
+    alpha_s and gbps (decimal GB/s) fitted to the fastest samples, apparent_gbps (each size's
+    bytes over its fastest time), backend."""
+    sizes, times = rank0["sizes"], rank0["one_way_s"]
+    median, fastest = ([f(t) for t in times] for f in (statistics.median, min))
     # the fastest sample is the link; the median adds what a busy machine's scheduler adds
     alpha, gbps = fit_alpha_beta(sizes, fastest)
-    return {"sizes": sizes, "median_s": median, "min_s": fastest,
-            "alpha_s": alpha, "gbps": gbps,
+    return {"sizes": sizes, "median_s": median, "min_s": fastest, "alpha_s": alpha, "gbps": gbps,
             "apparent_gbps": [n / t / 1e9 for n, t in zip(sizes, fastest, strict=True)],
-            "backend": "gloo", "nproc": req.nproc}
+            "backend": "gloo"}
 
 
 def hop_seconds(nbytes: float, alpha_s: float, gbps: float) -> float:

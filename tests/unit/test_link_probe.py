@@ -16,9 +16,10 @@ def test_probe_on_two_gloo_ranks_fits_a_positive_bandwidth():
     assert all(t > 0 for t in res["median_s"]) and all(
         m <= t for m, t in zip(res["min_s"], res["median_s"], strict=True))
     assert res["gbps"] > 0 and res["alpha_s"] >= 0
-    # the fit reproduces the largest message's median within the noise of a busy machine
+    # the fit (of the fastest samples) reproduces the largest message's fastest time within the
+    # noise of a busy machine
     big = hop_seconds(1048576, res["alpha_s"], res["gbps"])
-    assert 0.2 < big / res["median_s"][-1] < 5
+    assert 0.2 < big / res["min_s"][-1] < 5
 
 
 @pytest.mark.parametrize("bad", [dict(nproc=1), dict(nproc=5), dict(sizes=(4096,)),
