@@ -6,8 +6,9 @@ how many GPUs to buy for a layer's time?
 One ring step on a rank: its Lq queries attend to one visiting K/V block of Lk = Lq tokens
 (4 * Lq * Lk * D * H FLOPs) while the next block, K and V of Lq tokens for every head
 (2 * Lq * D * H * bytes_per_element bytes), travels one hop. Overlapped, a step costs
-max(compute, comm); communication is hidden when compute >= comm. The library's version is
-`cpcourse.planner.costs.comm`.
+max(compute, comm); communication is hidden when compute >= comm. A hop also pays a fixed
+latency (alpha, `cpcourse.planner.collectives`), whatever its size. The library's version without
+latency is `cpcourse.planner.costs.comm`.
 """
 
 from __future__ import annotations
@@ -16,30 +17,43 @@ import math
 
 
 def overlap_condition(tokens_per_rank: int, heads: int, head_dim: int, bytes_per_element: int,
-                      flops_per_s: float, bytes_per_s: float) -> dict:
-    """Per-step compute and per-hop communication of one ring step, and whether comm hides.
+                      flops_per_s: float, bytes_per_s: float, latency_s: float = 0.0) -> dict:
+    """Does one ring step hide its hop, and from how many tokens per rank would it?
 
     tokens_per_rank: Lq (= Lk of the visiting block); flops_per_s: the attention kernel's
-    achieved rate; bytes_per_s: the link's achieved bandwidth, one direction.
+    achieved rate; bytes_per_s: the link's achieved bandwidth, one direction; latency_s: the
+    fixed cost of every hop (alpha), paid whatever its size.
     Returns {"compute_s": seconds of one step's attention, "comm_s": seconds of one hop,
-    "hidden": compute_s >= comm_s, "min_tokens_per_rank": the smallest integer Lq for which
-    compute_s >= comm_s (it depends on neither heads nor head_dim)}.
+    latency included, "hidden": compute_s >= comm_s, "min_tokens_per_rank": the smallest
+    integer Lq whose step hides its hop with these heads, head size, rates and latency}.
     """
     # BEGIN SOLUTION 05.1 | notebook 05, "The overlap condition"
-    # | hint: section 1 and the module docstring give the FLOPs of one step and the bytes of one
-    # | hop; divide each by its rate to get seconds. For the threshold, write the ratio of the two
-    # | times: heads and head_dim cancel, leaving a condition on the tokens per rank alone. The
-    # | answer is the smallest whole number of tokens, so round the right way.
-    # | hint2: Lq = 2000, H = 2, D = 64, b = 2 bytes, F = 1e12 FLOP/s, B = 1e9 bytes/s: compute = 4
-    # | * 2000^2 * 64 * 2 / 1e12 = 2.048e-3 s, comm = 2 * 2000 * 64 * 2 * 2 / 1e9 = 1.024e-3 s, so
-    # | hidden is True (compute is twice the hop) and the minimum is 1000 tokens per rank. With
-    # | B = 3e9 the threshold is 1e12 * 2 / 6e9 = 333.3, so the minimum is 334.
-    # | hint3: compute = 4 Lq^2 D H / F, comm = 2 Lq D H b / B; their ratio 2 Lq B / (F b) >= 1
-    # | gives Lq >= F b / (2 B): min_tokens_per_rank = math.ceil(F * b / (2 * B)).
-    compute_s = 4 * tokens_per_rank ** 2 * head_dim * heads / flops_per_s
-    comm_s = 2 * tokens_per_rank * head_dim * heads * bytes_per_element / bytes_per_s
+    # | hint: section 1 gives the FLOPs of one step and the bytes of one hop; divide each by its
+    # | rate, and add the latency to the hop. Without latency the threshold is section 1's
+    # | F b / (2 B); with it, write compute >= comm as an inequality in Lq and ask which terms
+    # | still cancel. The answer is a whole number of tokens: round the right way, and check it
+    # | against your own compute_s and comm_s.
+    # | hint2: Lq = 2000, H = 2, D = 64, b = 2, F = 1e12, B = 1e9, no latency: compute = 4 *
+    # | 2000^2 * 64 * 2 / 1e12 = 2.048 ms, comm = 2 * 2000 * 64 * 2 * 2 / 1e9 = 1.024 ms; hidden,
+    # | from 1000 tokens on. Add a latency of 1 ms: comm = 2.024 ms, still hidden, but the
+    # | threshold is now where 5.12e-10 Lq^2 = 1e-3 + 5.12e-7 Lq: from Lq = 1,985 on.
+    # | hint3: with a = 4 D H / F, c = 2 D H b / B: a Lq^2 >= latency + c Lq holds from
+    # | Lq = (c + sqrt(c^2 + 4 a latency)) / (2 a); take its ceiling, then step it down while
+    # | the step below still hides and up while it does not (floating point).
+    a = 4 * head_dim * heads / flops_per_s
+    c = 2 * head_dim * heads * bytes_per_element / bytes_per_s
+
+    def times(lq):
+        return a * lq * lq, latency_s + c * lq
+
+    n = max(1, math.ceil((c + math.sqrt(c * c + 4 * a * latency_s)) / (2 * a)))
+    while n > 1 and times(n - 1)[0] >= times(n - 1)[1]:
+        n -= 1
+    while times(n)[0] < times(n)[1]:
+        n += 1
+    compute_s, comm_s = times(tokens_per_rank)
     return {"compute_s": compute_s, "comm_s": comm_s, "hidden": compute_s >= comm_s,
-            "min_tokens_per_rank": math.ceil(flops_per_s * bytes_per_element / (2 * bytes_per_s))}
+            "min_tokens_per_rank": n}
     # END SOLUTION
 
 

@@ -32,6 +32,8 @@ output, and the next layer needs attention's.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from cpcourse.support.errors import positive_float, positive_int, require
 
 KINDS = ("send_recv", "all_gather", "reduce_scatter", "all_reduce", "all_to_all")
@@ -141,3 +143,58 @@ def attention_comm_seconds(method: str, tokens_per_rank: int, heads: int, head_d
         out["latency_s"] += count * c["latency_s"]
         out["bytes_sent"] += count * c["bytes_sent"]
     return out
+
+
+class Layer(NamedTuple):
+    """One attention layer's size: `tokens` in the whole sequence, `heads` of `head_dim`,
+    `dtype_bytes` per element (bf16: 2)."""
+
+    tokens: int
+    heads: int
+    head_dim: int
+    dtype_bytes: int = 2
+
+
+def layer_seconds(method: str, layer: Layer, world: int, *, flops: float, alpha: float,
+                  gbps: float) -> dict:
+    """One attention `layer` (even split over `world` ranks) under `method`: its compute at
+    `flops` FLOP/s per rank, its communication (`attention_comm_seconds`) and what of it is
+    exposed. Ring: a hop hides behind the step beside it, so (P - 1) x max(0, hop - step)
+    shows. All-gather: all of it, unless prefetched a layer ahead (memory permitting).
+    Ulysses: all of it. Keys: method, compute_s, comm_s, exposed_s, latency_s, seconds."""
+    world = positive_int("world", world)
+    lq = positive_int("tokens", layer.tokens) / world
+    compute = (4 * lq * layer.tokens * layer.head_dim * layer.heads
+               / positive_float("flops", flops, low=1.0))
+    c = attention_comm_seconds(method, max(1, round(lq)), layer.heads, layer.head_dim, world,
+                               alpha=alpha, gbps=gbps, dtype_bytes=layer.dtype_bytes)
+    if method == "ring" and world > 1:
+        hop, step = c["overlappable_s"] / (world - 1), compute / world
+        exposed = (world - 1) * max(0.0, hop - step)
+    else:
+        exposed = c["seconds"]
+    return {"method": method, "compute_s": compute, "comm_s": c["seconds"],
+            "exposed_s": exposed, "latency_s": c["latency_s"], "seconds": compute + exposed}
+
+
+def usp_layer_seconds(layer: Layer, ulysses: int, ring: int, *, flops: float, alpha: float,
+                      intra_gbps: float, inter_gbps: float) -> dict:
+    """One attention `layer` under USP on `ulysses` x `ring` GPUs: Ulysses' all-to-alls inside
+    a group of `ulysses` (at `intra_gbps`, NVLink), then a ring of `ring` groups (at
+    `inter_gbps`, one NIC per GPU) in which each GPU carries only heads / ulysses heads, so a
+    hop's bytes, and the NIC's floor, divide by `ulysses`. Keys: compute_s, exposed_s (the
+    all-to-alls plus what the ring does not hide), ring_bytes_per_gpu, seconds."""
+    u, r = positive_int("ulysses", ulysses), positive_int("ring", ring)
+    require(layer.heads % u == 0,
+            f"usp: a Ulysses degree of {u} must divide the {layer.heads} heads")
+    uly = attention_comm_seconds("ulysses", max(1, round(layer.tokens / (u * r))), layer.heads,
+                                 layer.head_dim, u, alpha=alpha, gbps=intra_gbps,
+                                 dtype_bytes=layer.dtype_bytes)
+    per_group = layer._replace(heads=layer.heads // u)
+    rg = layer_seconds("ring", per_group, r, flops=flops, alpha=alpha, gbps=inter_gbps)
+    ring_bytes = attention_comm_seconds("ring", max(1, round(layer.tokens / r)), per_group.heads,
+                                        layer.head_dim, r, alpha=alpha, gbps=inter_gbps,
+                                        dtype_bytes=layer.dtype_bytes)["bytes_sent"]
+    exposed = uly["exposed_s"] + rg["exposed_s"]
+    return {"compute_s": rg["compute_s"], "exposed_s": exposed, "ring_bytes_per_gpu": ring_bytes,
+            "seconds": rg["compute_s"] + exposed}

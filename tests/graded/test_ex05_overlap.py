@@ -105,3 +105,36 @@ def test_fewest_gpus_against_the_simulated_ring(impl):
                 f"{case}: fewest_gpus = {got!r}, want {want} (its ring takes "
                 f"{_simulated(tokens, want, *size) * 1e3:.4g} ms); only degrees that divide the "
                 "tokens count")
+
+
+# --- 05.1 with a latency per hop: the threshold is the learner's own derivation ----------------
+
+def _hides(lq, heads, head_dim, elem, flops, bw, latency):
+    return 4 * lq * lq * head_dim * heads / flops >= latency + 2 * lq * head_dim * heads * elem / bw
+
+
+@pytest.mark.ex("05.1")
+def test_latency_per_hop_moves_the_threshold(impl):
+    mod = impl("ex05_overlap")
+    # (heads, head_dim, bytes, F, B, alpha): NCCL's floor, a framework's all-reduce, a 1 ms toy
+    cases = [(40, 128, 2, 3.46e14, 4.65e10, 3.5e-6), (12, 64, 2, 3.46e14, 4.65e10, 1.968e-4),
+             (2, 64, 2, 1e12, 1e9, 1e-3), (40, 128, 2, 3.46e14, 3.6e11, 1.968e-4),
+             (3, 96, 4, 2e11, 2e9, 0.0)]
+    for heads, head_dim, elem, flops, bw, alpha in cases:
+        size = (heads, head_dim, elem, flops, bw, alpha)
+        case = f"{heads} heads of {head_dim}, {elem} B, F={flops:.3g}, B={bw:.3g}, alpha={alpha:g}"
+        got = mod.overlap_condition(1000, heads, head_dim, elem, flops, bw, latency_s=alpha)
+        hop = alpha + 2 * 1000 * head_dim * heads * elem / bw
+        assert math.isclose(got["comm_s"], hop, rel_tol=1e-9), \
+            f"{case}: comm_s = {got['comm_s']!r}, want {hop!r}: a hop pays its latency too"
+        n = got["min_tokens_per_rank"]
+        assert isinstance(n, int) and n >= 1, f"{case}: min_tokens_per_rank = {n!r}"
+        assert _hides(n, *size) and (n == 1 or not _hides(n - 1, *size)), (
+            f"{case}: min_tokens_per_rank = {n}, but the step "
+            + ("does not hide its hop there" if not _hides(n, *size) else
+               f"already hides at {n - 1}") + ": solve compute >= latency + bytes / B for Lq")
+    # with a latency, heads no longer cancel: more heads per hop amortise the fixed alpha
+    few, many = (mod.overlap_condition(1000, h, 128, 2, 3.46e14, 4.65e10, latency_s=1.968e-4)
+                 ["min_tokens_per_rank"] for h in (4, 40))
+    assert many < few, (f"with a latency, 40 heads need {many} tokens per rank and 4 heads "
+                        f"{few}: more heads make the hop longer next to its fixed latency")

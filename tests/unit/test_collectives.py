@@ -61,3 +61,32 @@ def test_bad_inputs_say_what_to_change():
         fit_alpha_beta([1, 1], [1e-3, 1e-3])
     with pytest.raises(InputError, match="do not divide the 6 heads"):
         attention_collectives("ulysses", 10, 6, 8, 4)
+
+
+def test_layer_seconds_ring_hides_ulysses_does_not():
+    from cpcourse.planner.collectives import Layer, layer_seconds
+    kw = dict(flops=3.5e14, alpha=3.5e-6, gbps=360.0)
+    wan = Layer(75600, 40, 128)
+    ring = layer_seconds("ring", wan, 8, **kw)
+    uly = layer_seconds("ulysses", wan, 8, **kw)
+    assert ring["exposed_s"] == 0.0 and ring["comm_s"] > 0  # NVLink: the ring hides
+    assert uly["exposed_s"] == pytest.approx(uly["comm_s"]) and uly["comm_s"] > 0  # exposed
+    assert uly["compute_s"] == pytest.approx(ring["compute_s"])
+    slow = layer_seconds("ring", wan, 8, flops=3.5e14, alpha=0.0, gbps=0.5)
+    hop = 2 * 9450 * 40 * 128 * 2 / 0.5e9
+    assert slow["exposed_s"] == pytest.approx(7 * (hop - slow["compute_s"] / 8))
+    one = layer_seconds("ring", Layer(1000, 2, 64), 1, **kw)
+    assert one["comm_s"] == 0 and one["seconds"] == pytest.approx(one["compute_s"])
+
+
+def test_usp_divides_the_nic_bytes_by_the_ulysses_degree():
+    from cpcourse.planner.collectives import Layer, layer_seconds, usp_layer_seconds
+    kw = dict(flops=3.5e14, alpha=0.0)
+    usp = usp_layer_seconds(Layer(75600, 40, 128), 8, 2, intra_gbps=360.0, inter_gbps=46.5, **kw)
+    ring = layer_seconds("ring", Layer(75600, 40, 128), 16, gbps=46.5, **kw)
+    assert usp["compute_s"] == pytest.approx(ring["compute_s"])  # same work on 16 GPUs
+    # bytes a GPU sends across nodes: 2 N (H/U) D b (R - 1) / R
+    assert usp["ring_bytes_per_gpu"] == pytest.approx(2 * 75600 * 5 * 128 * 2 * 1 / 2)
+    assert usp["seconds"] < ring["seconds"]
+    with pytest.raises(InputError):
+        usp_layer_seconds(Layer(75600, 40, 128), 3, 2, intra_gbps=360.0, inter_gbps=46.5, **kw)

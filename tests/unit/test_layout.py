@@ -38,6 +38,7 @@ RANKS = {
     "__main__": 11,  # `python -m cpcourse` runs the command line
     "attention_backward": 2,  # the blockwise backward from lse, under the ring's
     "cp_boundaries": 3,  # training's scatter, gather and loss scale
+    "link_probe": 7,  # the link timed alone (notebooks 04, 05): launches ranks, fits the planner
 }
 
 
