@@ -39,6 +39,7 @@ RANKS = {
     "attention_backward": 2,  # the blockwise backward from lse, under the ring's
     "cp_boundaries": 3,  # training's scatter, gather and loss scale
     "triton_attention": 2,  # notebook 02's appendix: the online softmax as one Triton kernel
+    "attention_kernels": 1,  # the fused kernels' adapters and the backend choice, under attention
 }
 
 
