@@ -152,6 +152,7 @@ class Attention(nn.Module):
             out = (video.full_attention(q, k, v) if ctx.group is None else
                    video.full_attention_cp(q, k, v, ctx.group, method=ctx.full_method))
         del q, k, v
+        # out [B, H, T_r, S, D] -> [B, T_r, S, H*D]
         return self.proj(out.permute(0, 2, 3, 1, 4).reshape(b, t, s, h * d))
 
 
@@ -169,6 +170,7 @@ class Block(nn.Module):
         self.ada = nn.Linear(cfg.hidden, 3 * (len(kinds) + 1) * cfg.hidden)
 
     def forward(self, x, c, ctx: CPContext):
+        # c [B, hidden] -> (shift, scale, gate) per attention and for the MLP, each [B, hidden]
         mods = self.ada(nn.functional.silu(c)).chunk(3 * (len(self.attns) + 1), dim=-1)
         # In-place residual adds at inference: the caller's reference to the block input would
         # otherwise keep a second copy of the residual stream alive through the whole block.
@@ -219,7 +221,7 @@ class TinyVideoDiT(nn.Module):
             c = c + self.y_embed(y[:, 0]) + self.m_embed(y[:, 1])
         else:
             c = c + self.y_embed(y)
-        x = self.embed(tokens)
+        x = self.embed(tokens)  # [B, T_r, S, C*p*p] -> [B, T_r, S, hidden]
         if self.cfg.frame_embed:
             # Like rotary positions, the index is the GLOBAL frame: a rank's first frame is
             # ctx.frame_offset, not 0, or every rank would hold "the first frames".
