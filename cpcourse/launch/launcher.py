@@ -36,9 +36,10 @@ import threading
 import time
 import uuid
 
+from cpcourse.launch.call import RankCall
 from cpcourse.launch.forkserver import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
-from cpcourse.launch.torchrun import RankCall, run_here, torchrun_rank
+from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch
 from cpcourse.support.errors import positive_float, positive_int, require
 

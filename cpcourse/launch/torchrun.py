@@ -31,30 +31,13 @@ import os
 import pickle
 import sys
 import time
-from dataclasses import dataclass
 from typing import NamedTuple
 
+from cpcourse.launch.call import RankCall
 from cpcourse.support.errors import require
 
 ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # set in the ranks cpcourse.launch starts (support.groups too)
 _STATE = {"rank_zero_reports": False, "joined": False}
-
-
-@dataclass(frozen=True)
-class RankCall:
-    """How `launch()` runs its target on every rank, checked by launch(): the target's `args`
-    and `kwargs`, the ranks' extra `env`, torch `threads` per rank, the process group's
-    `pg_timeout` and `backend` (None: chosen by the GPUs present), whether the group is
-    initialised before the target (`init`), and where rank output goes (`stream`)."""
-
-    args: tuple = ()
-    kwargs: dict | None = None
-    env: dict | None = None
-    threads: int | None = None
-    pg_timeout: float = 30.0
-    backend: str | None = None
-    init: bool = True
-    stream: object = True
 
 
 class TorchrunRank(NamedTuple):
@@ -200,7 +183,7 @@ def _rank_error(exc: BaseException, rank: int, world: int, what: str | None = No
     return error
 
 
-def run_here(target: str, nproc: int, where: TorchrunRank, call: RankCall = RankCall()):
+def run_here(target: str, nproc: int, where: TorchrunRank, call: RankCall):
     """What `launch()` does inside a foreign torchrun rank (see the module docstring).
 
     Returns (values, seconds, output lines) on every rank, values indexed by global rank
