@@ -35,11 +35,11 @@ demo: setup
 	$(VENV)/bin/cpcourse demo --nproc $(NPROC)
 	$(VENV)/bin/cpcourse generate --prompt circle-right --nproc 2 --gif demo.gif --force --compare
 
-# The prepared GPU check (`cpcourse bench gpu`): CUDA tests, kernel rates, real-size models
-# beside the planner, written to artifacts/gpu.json (OUT=... elsewhere, e.g.
+# The prepared GPU check (tools/gpu_check/; `cpcourse bench gpu` runs it too): CUDA tests,
+# kernel rates, real-size models beside the planner, written to artifacts/gpu.json (OUT=... elsewhere, e.g.
 # cpcourse/data/gpu_measured_h100.json). DRY=1 runs the same code on the CPU.
 gpu: setup
-	$(VENV)/bin/cpcourse bench gpu $(if $(DRY),--dry-run --out artifacts/gpu-dry.json,$(if $(OUT),--out $(OUT),)) --force
+	$(PY) -m tools.gpu_check $(if $(DRY),--dry-run --out artifacts/gpu-dry.json,$(if $(OUT),--out $(OUT),)) --force
 
 exercises: setup
 	$(PY) tools/make_exercises.py

@@ -25,12 +25,12 @@ The teaching versions (v1 naive softmax ... v4 blockwise attention) live in
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import torch
 
+from cpcourse.attention_kernels import BACKENDS, ENV_BACKEND, FUSED, attention_backend, lse_dtype
+from cpcourse.attention_kernels import why_not as backend_refuses
 from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versions)
     accumulator_dtype,
     attention_v4_blockwise,
@@ -38,12 +38,12 @@ from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versi
     softmax_v2_safe,
     softmax_v3_online,
 )
-from cpcourse.support.errors import InputError, require
+from cpcourse.support.errors import require
 from cpcourse.support.qkv import attention_scale, check_qkv
 
-BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn", "cpu-flash", "torch")
-_CPU_ORDER = ("cpu-flash", "torch")  # the CUDA kernels never take CPU tensors: skip asking
-ENV_BACKEND = "CPCOURSE_ATTN_BACKEND"
+__all__ = ["BACKENDS", "ENV_BACKEND", "TOLERANCES", "TOLERANCES_LARGE_LOGITS", "accumulator_dtype",
+           "attention_backend", "attention_v4_blockwise", "attention_with_lse", "merge_attention",
+           "reference_attention", "softmax_v1_naive", "softmax_v2_safe", "softmax_v3_online"]
 
 # Tolerances against the float64 reference computed from the same (already rounded) inputs:
 # `|got - want| <= atol + rtol * |want|`, keys: input dtype -> {"out": (atol, rtol), "lse": ...}.
@@ -70,14 +70,10 @@ TOLERANCES_LARGE_LOGITS = {
 _TORCH_CHUNK_ELEMS = 1 << 24
 
 
-def _lse_dtype(dtype: torch.dtype) -> torch.dtype:
-    return torch.float64 if dtype == torch.float64 else torch.float32
-
-
 def _no_keys(q, v):
     """Zero keys: nothing to average (out = 0), an empty sum (lse = -inf); zero queries: empty."""
     out = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=v.dtype)
-    lse = torch.full(q.shape[:3], -math.inf, dtype=_lse_dtype(q.dtype), device=q.device)
+    lse = torch.full(q.shape[:3], -math.inf, dtype=lse_dtype(q.dtype), device=q.device)
     return out, lse
 
 
@@ -101,7 +97,7 @@ def reference_attention(q, k, v, scale=None):
     row_sum = scores.sum(dim=-1, keepdim=True)
     out = (scores @ v.to(acc)).div_(row_sum)
     lse = (row_max + torch.log(row_sum)).squeeze(-1)
-    return out.to(q.dtype), lse.to(_lse_dtype(q.dtype))
+    return out.to(q.dtype), lse.to(lse_dtype(q.dtype))
 
 
 def _torch_attention(q, k, v, scale):
@@ -116,108 +112,12 @@ def _torch_attention(q, k, v, scale):
         lse = torch.logsumexp(scores, dim=-1)
         outs.append((torch.exp(scores - lse.unsqueeze(-1)) @ va).to(q.dtype))
         lses.append(lse)
-    return torch.cat(outs, dim=2), torch.cat(lses, dim=2).to(_lse_dtype(q.dtype))
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2).to(lse_dtype(q.dtype))
 
 
-# --- fused kernels: each adapter is the only place its private op's signature appears -----------
-
-def _cpu_flash(q, k, v, scale):
-    out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default(
-        q, k, v, scale=scale)
-    return out, lse.to(_lse_dtype(q.dtype))
-
-
-def _sdpa_flash(q, k, v, scale):
-    res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False,
-                                                             scale=scale)
-    return res[0], res[1][..., : q.shape[2]].float()
-
-
-def _sdpa_efficient(q, k, v, scale):
-    res = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, scale=scale)
-    # The kernel pads lse's last dim up to a multiple of 32: keep the real queries only.
-    return res[0], res[1][..., : q.shape[2]].float()
-
-
-def _sdpa_cudnn(q, k, v, scale):
-    res = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, scale=scale)
-    lse = res[1]
-    # cuDNN keeps a trailing unit dim on lse ([B, H, Lq, 1]); some versions drop it.
-    lse = lse[..., 0] if lse.dim() == 4 else lse
-    return res[0], lse[..., : q.shape[2]].float()
-
-
-def _flash_attn(q, k, v, scale):
-    from flash_attn import flash_attn_func
-
-    # flash-attn wants [B, L, H, D]; transposes are views (it only needs a unit last stride).
-    res = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                          softmax_scale=scale, return_attn_probs=True)
-    return res[0].transpose(1, 2), res[1][..., : q.shape[2]].float()
-
-
-_KERNELS = {"flash-attn": _flash_attn, "sdpa-flash": _sdpa_flash,
-            "sdpa-efficient": _sdpa_efficient, "sdpa-cudnn": _sdpa_cudnn, "cpu-flash": _cpu_flash,
-            "torch": _torch_attention}
-
-
-def _why_not(name: str, q, k, v) -> str | None:
-    """None when backend `name` takes these inputs, else the reason it does not."""
-    d, dv, half = q.shape[-1], v.shape[-1], (torch.float16, torch.bfloat16)
-    if name == "torch":
-        return None
-    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
-        # An empty batch, head or head dim kills the process (SIGFPE) inside the CPU kernel.
-        return "an empty dimension (the fused kernels crash on empty tensors)"
-    if name == "cpu-flash":
-        if q.device.type != "cpu":
-            return f"it runs on CPU tensors, these are on {q.device}"
-        return None if d == dv else f"it needs v's head dim equal to q's ({dv} != {d})"
-    if q.device.type != "cuda":
-        return f"it runs on CUDA tensors, these are on {q.device}"
-    if name == "flash-attn" and importlib.util.find_spec("flash_attn") is None:
-        return "the flash_attn package is not installed"
-    if name in ("flash-attn", "sdpa-flash"):
-        if q.dtype not in half:
-            return f"it takes fp16/bf16, got {q.dtype}"
-        if max(d, dv) > 256 or d % 8 or dv % 8:
-            return f"it takes head dims <= 256 that are multiples of 8, got {d}/{dv}"
-        return None
-    if name == "sdpa-cudnn":
-        if q.dtype not in half:
-            return f"it takes fp16/bf16, got {q.dtype}"
-        if max(d, dv) > 128 or d % 8 or dv % 8:
-            return f"it takes head dims <= 128 that are multiples of 8, got {d}/{dv}"
-        if not torch.backends.cudnn.is_available():
-            return "torch was built without cuDNN"
-        return None
-    if q.dtype == torch.float64:  # sdpa-efficient
-        return "it takes fp32/fp16/bf16, got float64"
-    if d % 8 or dv % 8:
-        return f"it needs head dims that are multiples of 8, got {d}/{dv}"
-    return None
-
-
-def attention_backend(q, k=None, v=None, backend=None) -> str:
-    """The backend `attention_with_lse(q, k, v, backend=backend)` runs; k, v default to q."""
-    k = q if k is None else k
-    v = k if v is None else v
-    if backend is not None:
-        require(backend in BACKENDS,
-                f"unknown attention backend {backend!r}: use one of {BACKENDS}")
-        reason = _why_not(backend, q, k, v)
-        if reason:
-            raise InputError(f"backend {backend!r} cannot run these inputs: {reason}; "
-                             "pass backend=None to choose automatically")
-        return backend
-    preferred = os.environ.get(ENV_BACKEND, "").strip()
-    if preferred:
-        require(preferred in BACKENDS,
-                f"{ENV_BACKEND}={preferred!r} is not a backend: use one of {BACKENDS}")
-        if _why_not(preferred, q, k, v) is None:
-            return preferred
-    candidates = _CPU_ORDER if q.device.type == "cpu" else BACKENDS
-    return next(name for name in candidates if _why_not(name, q, k, v) is None)
+def _kernel(name: str):
+    """The function that runs backend `name`: the plain one here, a fused one's adapter."""
+    return _torch_attention if name == "torch" else FUSED[name]
 
 
 def _all_finite(*tensors) -> bool:
@@ -251,14 +151,15 @@ def attention_with_lse(q, k, v, scale=None, backend=None):
         # when the head dim is not unit-stride): hand them a dense copy. A no-op when contiguous.
         q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     try:
-        return _KERNELS[name](q, k, v, scale)
+        return _kernel(name)(q, k, v, scale)
     except RuntimeError:
         # A CUDA kernel may still refuse a layout we did not predict; auto mode falls back to the
         # next one that can run, a forced backend reports the failure as it is.
         if backend is not None or name == "torch":
             raise
-        rest = [b for b in BACKENDS[BACKENDS.index(name) + 1:] if _why_not(b, q, k, v) is None]
-        return _KERNELS[rest[0]](q, k, v, scale)
+        rest = [b for b in BACKENDS[BACKENDS.index(name) + 1:]
+                if backend_refuses(b, q, k, v) is None]
+        return _kernel(rest[0])(q, k, v, scale)
 
 
 def merge_attention(out_a, lse_a, out_b, lse_b):

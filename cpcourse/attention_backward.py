@@ -52,16 +52,18 @@ def attention_backward_from_lse(q, k, v, dout, lse, delta, scale=None):
     if 0 in q.shape[2:3] or 0 in k.shape[2:3] or 0 in q.shape[:2]:
         return dq, dk, dv
     # lse = -inf only where a row saw no key at all: exp(S - inf) = 0 there, not exp(+inf)
-    lse = lse.to(acc).masked_fill(torch.isneginf(lse), math.inf).unsqueeze(-1)
-    delta = delta.to(acc).unsqueeze(-1)
+    lse = lse.to(acc).masked_fill(torch.isneginf(lse), math.inf).unsqueeze(-1)  # [B, H, Lq, 1]
+    delta = delta.to(acc).unsqueeze(-1)  # [B, H, Lq, 1]
     rows = max(1, _CHUNK_ELEMS // max(1, q.shape[0] * q.shape[1] * k.shape[2]))
     for i in range(0, q.shape[2], rows):
         sl = slice(i, i + rows)
+        # P = exp(S - lse) `[B, H, rows, Lk]`: the formulas above are FlashAttention-2's
+        # backward (Dao 2023, Algorithm 2, https://arxiv.org/abs/2307.08691)
         p = torch.exp((qa[:, :, sl] @ ka.transpose(-2, -1)) * scale - lse[:, :, sl])
-        dv += p.transpose(-2, -1) @ da[:, :, sl]
+        dv += p.transpose(-2, -1) @ da[:, :, sl]  # [B, H, Lk, Dv]
         ds = p.mul_((da[:, :, sl] @ va.transpose(-2, -1)).sub_(delta[:, :, sl]))  # P o (dP - D)
-        dq[:, :, sl] = (ds @ ka) * scale
-        dk += (ds.transpose(-2, -1) @ qa[:, :, sl]) * scale
+        dq[:, :, sl] = (ds @ ka) * scale  # [B, H, rows, D]
+        dk += (ds.transpose(-2, -1) @ qa[:, :, sl]) * scale  # [B, H, Lk, D]
     return dq, dk, dv
 
 

@@ -35,7 +35,8 @@ class ScatterSequence(torch.autograd.Function):
     def forward(ctx, x, dim, group):
         rank, world = require_group(group, "scatter_sequence")
         ctx.dim, ctx.group, ctx.sizes = dim, group, shard_sizes(x.shape[dim], world)
-        return torch.tensor_split(x, world, dim=dim)[rank]  # a view: the input stays whole
+        # [.., L, ..] -> [.., L_r, ..] along dim; a view: the input stays whole
+        return torch.tensor_split(x, world, dim=dim)[rank]
 
     @staticmethod
     def backward(ctx, grad):
@@ -51,14 +52,14 @@ class GatherSequence(torch.autograd.Function):
         rank, world = require_group(group, "gather_sequence")
         sizes = [s[dim] for s in agree(group, seq_dim=dim, x=x)["x"]]  # refuses mismatches
         ctx.dim, ctx.group, ctx.rank, ctx.world = dim, group, rank, world
-        return gather_uneven(x.contiguous(), sizes, dim, group, "gather_sequence")
+        return gather_uneven(x.contiguous(), sizes, dim, group, "gather_sequence")  # L_r -> L
 
     @staticmethod
     def backward(ctx, grad):
         grad = grad.contiguous()
         with tracked("all_reduce (gather's gradient)", group=ctx.group):
             dist.all_reduce(grad, group=ctx.group)
-        return torch.tensor_split(grad, ctx.world, dim=ctx.dim)[ctx.rank], None, None
+        return torch.tensor_split(grad, ctx.world, dim=ctx.dim)[ctx.rank], None, None  # L -> L_r
 
 
 def scatter_sequence(x: torch.Tensor, dim: int = 1, group=None) -> torch.Tensor:

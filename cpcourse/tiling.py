@@ -211,20 +211,20 @@ def _gather(x: torch.Tensor, lens: list[int], peers: list[int], at: _At, what: s
     others, all of one size (as gloo's all-gather must: the count is the ring's all-gather
     path's, byte for byte)."""
     most = max(lens)
-    pad = x.new_zeros(*x.shape[:-2], most, x.shape[-1])
+    pad = x.new_zeros(*x.shape[:-2], most, x.shape[-1])  # [..., max L_r, D]
     pad[..., :x.shape[-2], :] = x
     pg = at.groups.get(tuple(peers))
     if pg is None:
         got = _swap(pad.unsqueeze(0).expand(len(peers), *pad.shape), peers, at,
                     f"all_gather ({what})")
     else:
-        got = pad.new_empty(len(peers), *pad.shape)
+        got = pad.new_empty(len(peers), *pad.shape)  # [n, ..., max L_r, D]
         t0 = time.perf_counter()
         with tracked(f"all_gather ({what})", group=pg):
             all_gather_single(got, pad, group=pg)
         at.log.add(f"all_gather ({what})", peers,
                    (len(peers) - 1) * pad.numel() * pad.element_size(), t0)
-    return torch.cat([got[k][..., :n, :] for k, n in enumerate(lens)], dim=-2)
+    return torch.cat([got[k][..., :n, :] for k, n in enumerate(lens)], dim=-2)  # [..., sum, D]
 
 
 def _combine(o, lse, lens: list[int], peers: list[int], at: _At):
@@ -235,13 +235,13 @@ def _combine(o, lse, lens: list[int], peers: list[int], at: _At):
     (out with lse as its last column, accumulator dtype) to the rank that owns those queries."""
     acc = accumulator_dtype(o.dtype)
     b, h, _, d = o.shape
-    send = torch.zeros(len(lens), b, h, max(lens), d + 1, dtype=acc, device=o.device)
+    send = torch.zeros(len(lens), b, h, max(lens), d + 1, dtype=acc, device=o.device)  # [C, ...]
     for c, (part, plse) in enumerate(zip(o.split(lens, dim=2), lse.split(lens, dim=2),
                                          strict=True)):
         send[c, :, :, :lens[c], :d] = part
         send[c, :, :, :lens[c], d] = plse
-    mine = _swap(send, peers, at, "all_to_all (out, lse)")
-    mine = mine[:, :, :, :lens[peers.index(at.rank)]]
+    mine = _swap(send, peers, at, "all_to_all (out, lse)")  # [C, B, H, max L, D + 1]: mine
+    mine = mine[:, :, :, :lens[peers.index(at.rank)]]  # [C, B, H, Lq_r, D + 1]
     return merge_partials(mine[..., :d], mine[..., d])[0]  # the row's partials, column order
 
 
@@ -277,12 +277,13 @@ def attention_2d(q, k, v, grid=None, group=None, scale=None, stats=None):
     row, col = tile(rank, rows, cols)
     whole = group is None or group == dist.group.WORLD  # only there can the grid's groups be made
     at = _At(rank, world, group, _grid_groups(rows, cols) if whole else {}, _Log(stats, rank))
+    # [B, H, Lq_row, D]: the queries of every rank in my grid row
     qb = _gather(q, [q_lens[r] for r in row], row, at, "Q") if cols > 1 else q
-    kv = torch.stack([k, v])
+    kv = torch.stack([k, v])  # [2, B, H, Lk_r, D]
     if rows > 1:
-        kv = _gather(kv, [kv_lens[r] for r in col], col, at, "K/V")
-    o, lse = attention_with_lse(qb, kv[0], kv[1], scale=scale)
+        kv = _gather(kv, [kv_lens[r] for r in col], col, at, "K/V")  # [2, B, H, Lk_col, D]
+    o, lse = attention_with_lse(qb, kv[0], kv[1], scale=scale)  # my tile: [B, H, Lq_row, D]
     del kv, qb
     if cols == 1:
         return o.to(q.dtype)
-    return _combine(o, lse, [q_lens[r] for r in row], row, at).to(q.dtype)
+    return _combine(o, lse, [q_lens[r] for r in row], row, at).to(q.dtype)  # [B, H, Lq_r, D]

@@ -42,14 +42,16 @@ def seq_to_heads(x: torch.Tensor, lens: list[int], group, what: str) -> torch.Te
     world = len(lens)
     n, b, h, lr, d = x.shape
     hp = h // world
+    # [n, B, H, L_r, D] -> [P, n, B, H/P, L_r, D]: chunk j is head group j, for rank j
     send = x.reshape(n, b, world, hp, lr, d).permute(2, 0, 1, 3, 4, 5).contiguous()
     per_token = n * b * hp * d
-    recv = x.new_empty(per_token * sum(lens))
+    recv = x.new_empty(per_token * sum(lens))  # flat [n * B * H/P * L * D], rank by rank
     with tracked(f"all_to_all_single ({what}: sequence -> heads)", group=group):
         dist.all_to_all_single(recv, send.view(-1),
                                output_split_sizes=[per_token * li for li in lens],
                                input_split_sizes=[per_token * lr] * world, group=group)
     parts = recv.split([per_token * li for li in lens])
+    # each rank's [n, B, H/P, L_i, D], joined along the sequence: [n, B, H/P, L, D]
     return torch.cat([p.view(n, b, hp, li, d) for p, li in zip(parts, lens, strict=True)], dim=3)
 
 
@@ -57,12 +59,13 @@ def heads_to_seq(out: torch.Tensor, lens: list[int], rank: int, group) -> torch.
     """out `[B, H/P, L, D]` -> `[B, H, L_rank, D]`: my sequence shard of every head group."""
     world = len(lens)
     b, hp, _, d = out.shape
-    send = torch.cat([p.reshape(-1) for p in out.split(lens, dim=2)])
+    send = torch.cat([p.reshape(-1) for p in out.split(lens, dim=2)])  # rank i's [B, H/P, L_i, D]
     per_token = b * hp * d
     recv = out.new_empty(world * per_token * lens[rank])
     with tracked("all_to_all_single (output: heads -> sequence)", group=group):
         dist.all_to_all_single(recv, send, output_split_sizes=[per_token * lens[rank]] * world,
                                input_split_sizes=[per_token * li for li in lens], group=group)
+    # [P, B, H/P, L_rank, D] (head group j from rank j) -> [B, H, L_rank, D]
     return recv.view(world, b, hp, lens[rank], d).permute(1, 0, 2, 3, 4).reshape(
         b, world * hp, lens[rank], d)
 
@@ -125,14 +128,15 @@ def ulysses_attention(q, k, v, group=None, scale=None, stats=None):
     q_lens, kv_lens = [s[2] for s in shapes["q"]], [s[2] for s in shapes["k"]]
     t0 = time.perf_counter()
     if q_lens == kv_lens:  # self-attention: one all-to-all for q, k and v together
+        # [3, B, H, L_r, D] -> [3, B, H/P, L, D]
         qh, kh, vh = SeqToHeads.apply(torch.stack([q, k, v]), q_lens, rank, group, "q, k, v")
     else:
         (qh,) = SeqToHeads.apply(q.unsqueeze(0), q_lens, rank, group, "q")
         kh, vh = SeqToHeads.apply(torch.stack([k, v]), kv_lens, rank, group, "k, v")
     t1 = time.perf_counter()
-    out_h, _ = attention_with_lse(qh, kh, vh, scale=scale)
+    out_h, _ = attention_with_lse(qh, kh, vh, scale=scale)  # [B, H/P, Lq, D]: whole sequence
     t2 = time.perf_counter()
-    out = HeadsToSeq.apply(out_h, q_lens, rank, group)
+    out = HeadsToSeq.apply(out_h, q_lens, rank, group)  # [B, H, Lq_r, D]
     if stats is not None:
         # Everything but my own head group goes out; the output comes back the same way.
         b, d, hp = q.shape[0], q.shape[3], heads // world

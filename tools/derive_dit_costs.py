@@ -29,7 +29,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 from torch.utils.flop_counter import FlopCounterMode
 
-OUT = Path(__file__).resolve().parents[1] / "cpcourse" / "data" / "dit_derived_costs.json"
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "cpcourse" / "data" / "dit_derived_costs.json"
 # preset -> the cpcourse.models arch whose diffusers class it is
 PRESETS = {"wan2.1-t2v-1.3b": "wan", "wan2.1-t2v-14b": "wan", "wan2.2-t2v-a14b": "wan",
            "wan2.2-ti2v-5b": "wan2.2", "hunyuanvideo-13b": "hunyuanvideo",
@@ -72,8 +73,12 @@ class ElementwiseBytes(TorchDispatchMode):
 
 def count(model_id: str, arch: str, frames: int) -> dict:
     """Matmul FLOPs and element-wise bytes of one bf16 forward at `frames` (default size)."""
-    from cpcourse.bench.gpu_models import build_real, real_inputs
+    import sys
+
+    if str(ROOT) not in sys.path:  # run as a script: the checkout holds tools/gpu_check
+        sys.path.insert(0, str(ROOT))
     from cpcourse.planner.tokens import model_tokens
+    from tools.gpu_check.models import build_real, real_inputs
 
     model = build_real(model_id, arch, torch.device("meta"))
     inputs = real_inputs(model_id, arch, frames, "meta", torch.bfloat16)

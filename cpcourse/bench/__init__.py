@@ -9,7 +9,7 @@
     cpcourse bench mesh --json            # CFG-parallel vs CFG in one process; each mesh dim
     cpcourse bench vae --json             # the VAE decode on 2 ranks vs one process
     cpcourse bench approx --json          # approximate CP: motion, PSNR and bytes per method
-    cpcourse bench gpu --json             # the prepared GPU check (--dry-run: on the CPU)
+    cpcourse bench gpu --json             # the GPU check in tools/gpu_check/ (--dry-run: CPU)
     cpcourse bench sparse --json          # sparse attention under CP: work, balance, bytes
     cpcourse bench tiling --json          # Attention2D on grids of 4 and 9 ranks: error, bytes
 
@@ -33,7 +33,7 @@ BENCHMARKS = {
     "mesh": "CFG-parallel on 2 ranks vs CFG in one process; ring, ulysses, tp at 2 ranks",
     "vae": "the VAE decode split over 2 ranks vs one process: time and peak per rank",
     "approx": "approximate CP (naive, displaced, pipefusion, asyncdiff, fbcache) vs exact",
-    "gpu": "the prepared GPU check: CUDA tests, kernel rates, real-size models vs the planner",
+    "gpu": "the prepared GPU check (tools/gpu_check/ of a checkout): CUDA tests, kernel rates",
     "sparse": "sparse attention under CP: error, work, imbalance and bytes per method x mask",
     "tiling": "Attention2D on 1x4, 2x2, 4x1 and 3x3 grids: error vs one process, bytes vs formula",
 }

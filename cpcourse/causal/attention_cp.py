@@ -18,6 +18,8 @@ Methods:
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 
 from cpcourse.attention import accumulator_dtype, attention_with_lse, merge_attention
@@ -44,14 +46,30 @@ def _prefix(chunks: list[int], sizes: list[int], last: int) -> int:
     return sum(sizes[c] for c in chunks if c <= last)
 
 
-def _attend_block(q, k, v, runs, block_chunks, sizes, scale, out, lse) -> int:
-    """Fold this rank's query chunks over one K/V block `[B, H, Lk, D]` into (out, lse) in place.
-    Returns the score-matrix area computed (0 when the block is skipped)."""
-    area = 0
+@dataclass(frozen=True)
+class _Call:
+    """One call's settings, the same on every rank: its group and place in it, the chunks'
+    `assignment` to ranks and token `sizes`, the softmax scale and the `stats` list (or None)."""
+
+    group: object
+    rank: int
+    world: int
+    assignment: list
+    sizes: list
+    scale: float
+    stats: list | None
+
+
+def _attend_block(q, kv, runs, block_chunks, sizes, scale, acc) -> int:
+    """Fold this rank's query chunks over one K/V block (kv[0], kv[1] `[B, H, Lk, D]`) into
+    acc = (out `[B, H, L_r, D]`, lse `[B, H, L_r]`) in place. Returns the score-matrix area
+    computed (0 when the block is skipped)."""
+    (k, v), (out, lse), area = kv, acc, 0
     for c, start, stop in runs:
-        m = _prefix(block_chunks, sizes, c)
+        m = _prefix(block_chunks, sizes, c)  # the block's first m tokens: those chunk c sees
         if m == 0:
             continue
+        # [B, H, stop - start, D] over [B, H, m, D]
         o, l_ = attention_with_lse(q[:, :, start:stop], k[:, :, :m], v[:, :, :m], scale=scale)
         out[:, :, start:stop], lse[:, :, start:stop] = merge_attention(
             out[:, :, start:stop], lse[:, :, start:stop], o, l_)
@@ -59,38 +77,39 @@ def _attend_block(q, k, v, runs, block_chunks, sizes, scale, out, lse) -> int:
     return area
 
 
-def _ring(q, k, v, plan, group, rank, world, scale, stats):
-    assignment, sizes = plan
+def _ring(q, k, v, call: _Call):
+    assignment, sizes, rank, world = call.assignment, call.sizes, call.rank, call.world
     lens = [sum(sizes[c] for c in mine) for mine in assignment]
-    comm = RingComm(group, rank, world, lens, (*k.shape[:2], k.shape[3], k.dtype), k.device)
+    comm = RingComm(call.group, rank, world, lens, (*k.shape[:2], k.shape[3], k.dtype), k.device)
     runs, last = _runs(assignment[rank], sizes), max(assignment[rank])
     acc = accumulator_dtype(q.dtype)
-    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)
-    lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)
-    kv, area, useful, wasted = comm.load(k, v), 0, 0, 0
+    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)  # [B, H, L_r, D]
+    lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)  # [B, H, L_r]
+    kv, area, useful, wasted = comm.load(k, v), 0, 0, 0  # kv [2, B, H, L_r, D]
     row = 2 * k.shape[0] * k.shape[1] * k.shape[3] * k.element_size()  # K and V of one token
     for step in range(world):
         nxt = comm.next_block(step)
         if nxt is not None:
             comm.exchange(step)
         owner = (rank - step) % world
-        area += _attend_block(q, kv[0], kv[1], runs, assignment[owner], sizes, scale, out, lse)
+        area += _attend_block(q, kv, runs, assignment[owner], sizes, call.scale, (out, lse))
         if step:  # the block arrived over the wire: did this rank need it?
             need = _prefix(assignment[owner], sizes, last)
             useful, wasted = useful + need * row, wasted + (kv.shape[3] - need) * row
         comm.wait(step)
         if nxt is not None:
             kv = comm.advance()
-    if stats is not None:
-        stats.append({"rank": rank, "method": "ring", "work": area,
+    if call.stats is not None:
+        call.stats.append({"rank": rank, "method": "ring", "work": area,
                       "useful_bytes": useful, "wasted_bytes": wasted})
     return out
 
 
-def _all_to_all(q, k, v, plan, group, rank, world, scale, stats):
+def _all_to_all(q, k, v, call: _Call):
     import torch.distributed as dist
 
-    assignment, sizes = plan
+    assignment, sizes, rank, world, group = (call.assignment, call.sizes, call.rank, call.world,
+                                             call.group)
     mine, last = assignment[rank], [max(a) for a in assignment]
     send_rows = [_prefix(mine, sizes, last[d]) for d in range(world)]  # to each rank
     recv_rows = [_prefix(assignment[s], sizes, last[rank]) for s in range(world)]
@@ -110,12 +129,11 @@ def _all_to_all(q, k, v, plan, group, rank, world, scale, stats):
     order = torch.argsort(key_chunks, stable=True).to(recv.device)  # each query chunk: a prefix
     kv = recv.view(-1, *packed.shape[1:])[order].permute(1, 2, 3, 0, 4)  # [2, B, H, Lk, D]
     acc = accumulator_dtype(q.dtype)
-    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)
-    lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)
-    area = _attend_block(q, kv[0], kv[1], _runs(mine, sizes), sorted(got), sizes, scale, out,
-                         lse)
-    if stats is not None:
-        stats.append({"rank": rank, "method": "all_to_all", "work": area,
+    out = torch.zeros(*q.shape[:3], v.shape[3], dtype=acc, device=q.device)  # [B, H, L_r, D]
+    lse = torch.full(q.shape[:3], -torch.inf, dtype=acc, device=q.device)  # [B, H, L_r]
+    area = _attend_block(q, kv, _runs(mine, sizes), sorted(got), sizes, call.scale, (out, lse))
+    if call.stats is not None:
+        call.stats.append({"rank": rank, "method": "all_to_all", "work": area,
                       "useful_bytes": (sum(recv_rows) - recv_rows[rank]) * row
                       * packed.element_size(), "wasted_bytes": 0})
     return out
@@ -149,7 +167,7 @@ def block_causal_attention_cp(q, k, v, chunk_of_token, group=None, scheme: str =
             "take them with cpcourse.causal.rank_tokens")
     scale = attention_scale(q, scale)
     run = _ring if method == "ring" else _all_to_all
-    out = run(q, k, v, (assignment, sizes), group, rank, world, scale, stats)
+    out = run(q, k, v, _Call(group, rank, world, assignment, sizes, scale, stats))
     if stats is not None:
         stats[-1]["planned_work"] = rank_work(assignment, sizes)[rank]
     return out.to(q.dtype)

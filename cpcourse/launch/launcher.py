@@ -36,6 +36,7 @@ import threading
 import time
 import uuid
 
+from cpcourse.launch.call import RankCall
 from cpcourse.launch.forkserver import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
@@ -146,14 +147,12 @@ def launch(target, nproc: int, timeout: float = DEFAULT_TIMEOUT_S, env: dict | N
     where = torchrun_rank()
     check_backend(backend, env, 1 if where else nproc)
     start_method({**os.environ, **(env or {})})  # a bad CPCOURSE_RANK_START, named here
+    call = RankCall(tuple(args), kwargs, env, threads, pg_timeout, backend, init, stream)
     if where is not None:  # a rank of the user's own torchrun: run here, as that rank
-        values, seconds, output = run_here(
-            _absolute(target), nproc, where, args=args, kwargs=kwargs, env=env, threads=threads,
-            pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
+        values, seconds, output = run_here(_absolute(target), nproc, where, call)
     else:
         sweep_stale()  # the folders of launches whose caller was SIGKILLed
-        run = _start(target, nproc, env=env, args=args, kwargs=kwargs, threads=threads,
-                     pg_timeout=pg_timeout, backend=backend, init=init, stream=stream)
+        run = _start(target, nproc, call)
         failure = watch(run, timeout, start_timeout)
         values, seconds, output = collect(run, failure)
     results = RankResults(values)
@@ -200,20 +199,20 @@ def check_backend(backend: str | None, env: dict | None, local_ranks: int) -> No
             f"{source} unset to choose by the GPUs present")
 
 
-def _start(target: str, nproc: int, *, env, args, kwargs, threads, pg_timeout, backend, init,
-           stream) -> Run:
+def _start(target: str, nproc: int, call: RankCall) -> Run:
     """Write the run folder (the target, its arguments, a temp dir) and start torchrun on it,
     its stdout and stderr read into the run's queue by two threads."""
+    env, threads, backend = call.env, call.threads, call.backend
     run = Run(nproc, tempfile.mkdtemp(prefix="cpcourse-launch-"), f"cpcourse-{uuid.uuid4().hex}",
-              stream)
+              call.stream)
     write_owner(run.run_dir)  # a later launch's sweep takes the folder once these pids are dead
     with open(os.path.join(run.run_dir, "spec.json"), "w") as fh:
         json.dump({"target": _absolute(target),
-                   "threads": threads, "init": init, "backend": backend}, fh)
+                   "threads": threads, "init": call.init, "backend": backend}, fh)
     with open(os.path.join(run.run_dir, "args.pkl"), "wb") as fh:
-        pickle.dump((tuple(args), dict(kwargs or {})), fh)
+        pickle.dump((tuple(call.args), dict(call.kwargs or {})), fh)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
-                 "CPCOURSE_PG_TIMEOUT": str(pg_timeout), "CPCOURSE_RUN_DIR": run.run_dir,
+                 "CPCOURSE_PG_TIMEOUT": str(call.pg_timeout), "CPCOURSE_RUN_DIR": run.run_dir,
                  "CPCOURSE_LAUNCH_ID": run.marker, "PYTHONPATH": _child_pythonpath(),
                  "TORCH_CPP_LOG_LEVEL": os.environ.get("TORCH_CPP_LOG_LEVEL", "ERROR")}
     child_env.update({k: str(v) for k, v in (env or {}).items()})

@@ -33,6 +33,7 @@ import sys
 import time
 from typing import NamedTuple
 
+from cpcourse.launch.call import RankCall
 from cpcourse.support.errors import require
 
 ENV_RUN_DIR = "CPCOURSE_RUN_DIR"  # set in the ranks cpcourse.launch starts (support.groups too)
@@ -182,10 +183,7 @@ def _rank_error(exc: BaseException, rank: int, world: int, what: str | None = No
     return error
 
 
-def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
-             kwargs: dict | None = None, env: dict | None = None, threads: int | None = None,
-             pg_timeout: float = 30.0, backend: str | None = None, init: bool = True,
-             stream=True):
+def run_here(target: str, nproc: int, where: TorchrunRank, call: RankCall):
     """What `launch()` does inside a foreign torchrun rank (see the module docstring).
 
     Returns (values, seconds, output lines) on every rank, values indexed by global rank
@@ -197,17 +195,18 @@ def run_here(target: str, nproc: int, where: TorchrunRank, *, args: tuple = (),
     """
     import torch.distributed as dist
 
+    backend, pg_timeout = call.backend, call.pg_timeout
     check_world(nproc, where)
     start = time.monotonic()
     ours = not dist.is_initialized()
     output: list[str] = []
     prefix = f"[rank {where.rank}] "
-    sink = _sink(stream, where.rank)
+    sink = _sink(call.stream, where.rank)
     out, err = _Lines("out", prefix, sink, output), _Lines("err", prefix, sink, output)
-    with _environ(dict(env or {})):
-        if init or not ours:
+    with _environ(dict(call.env or {})):
+        if call.init or not ours:
             _join(where, nproc, backend, pg_timeout)
-        value = _call_as_rank(target, args, kwargs, threads, where, out, err)
+        value = _call_as_rank(target, call.args, call.kwargs, call.threads, where, out, err)
         # after an init=False target too: the gather needs a group
         _join(where, nproc, backend, pg_timeout)
         gathered = _gather(value, output, nproc, where, prefix)

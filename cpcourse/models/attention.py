@@ -47,6 +47,7 @@ def _gather_heads(t: torch.Tensor, world: int, group) -> torch.Tensor:
     buf = torch.empty(world * t.shape[0], *t.shape[1:], dtype=t.dtype, device=comm_device(group))
     all_gather_single(buf, t.contiguous().to(buf.device), group=group)
     b, hp, n, d = t.shape
+    # [u * B, H/u, N, D] -> [u, B, H/u, N, D] -> [B, H, N, D] (head group j from rank j)
     return buf.view(world, b, hp, n, d).permute(1, 0, 2, 3, 4).reshape(b, world * hp, n, d).to(
         t.device)
 
@@ -66,19 +67,21 @@ def _attend(q, k, v, cp, text):
     if cp.method in ("ring", "allgather"):
         if text is not None:
             owner = cp.rank == cp.world - 1  # the one rank whose ring block carries the text K/V
-            q = _with_text(q, text[0], True)
-            k, v = _with_text(k, text[1], owner), _with_text(v, text[2], owner)
+            q = _with_text(q, text[0], True)  # [B, H, L_r + N, D]
+            k, v = _with_text(k, text[1], owner), _with_text(v, text[2], owner)  # + N on owner
         out = ring_attention(q, k, v, group=cp.ring_group, mode=cp.ring_mode,
                              lens=_ring_lens(list(cp.lens), text))
+        # [B, H, L_r, D] video rows, [B, H, N, D] text rows
         return (out, None) if text is None else (out[:, :, :-n_text], out[:, :, -n_text:])
     # ulysses / usp: a head split inside the Ulysses group, then the ring (if any) across groups
     u, u_rank = cp.ulysses, cp.u_rank
     if u > 1:
+        # [3, B, H, L_r, D] -> [3, B, H/u, L_group, D]: the Ulysses group's tokens, my heads
         qh, kh, vh = seq_to_heads(torch.stack([q, k, v]), cp.u_lens, cp.u_group, "q, k, v")
     else:
         qh, kh, vh = q, k, v
     if text is not None:
-        tq, tk, tv = (_heads_of(t, u_rank, u) for t in text)
+        tq, tk, tv = (_heads_of(t, u_rank, u) for t in text)  # [B, H/u, N, D] each
         owner = cp.ring_rank == cp.ring - 1
         qh, kh, vh = _with_text(qh, tq, True), _with_text(kh, tk, owner), _with_text(vh, tv, owner)
     if cp.ring > 1:
@@ -90,9 +93,10 @@ def _attend(q, k, v, cp, text):
         out = out.to(q.dtype)
     text_out = None
     if text is not None:
+        # video [B, H/u, L_group, D]; text [B, H/u, N, D] -> [B, H, N, D]
         out, text_out = out[:, :, :-n_text], _gather_heads(out[:, :, -n_text:], u, cp.u_group)
     if u > 1:
-        out = heads_to_seq(out.contiguous(), cp.u_lens, u_rank, cp.u_group)
+        out = heads_to_seq(out.contiguous(), cp.u_lens, u_rank, cp.u_group)  # [B, H, L_r, D]
     return out, text_out
 
 

@@ -230,13 +230,13 @@ def check_size(arch: str, frames: int, height: int, width: int) -> None:
 
 
 def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, batch: int = 1,
-                   seed: int = 0, dtype=torch.float32, t: float = 500.0,
-                   random_timesteps: bool = True) -> dict:
+                   seed: int = 0, dtype=torch.float32, t: float | None = None) -> dict:
     """Seeded full inputs for one forward of the tiny `arch`, as keyword arguments.
 
-    Wan 2.2 gets one timestep per token (random when `random_timesteps`, so that slicing them
-    wrongly shows); HunyuanVideo a text mask whose last 2 to 4 tokens are padding; CogVideoX its
-    rotary table, which the pipeline computes and passes in.
+    `t`: the diffusion timestep, the same for every token; None: 500, except that Wan 2.2,
+    which takes one timestep per token, gets random ones (so that slicing them wrongly shows).
+    HunyuanVideo gets a text mask whose last 2 to 4 tokens are padding; CogVideoX its rotary
+    table, which the pipeline computes and passes in.
     """
     info = arch_info(arch)
     check_size(arch, frames, height, width)
@@ -249,10 +249,10 @@ def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, 
     kw["encoder_hidden_states"] = rand(batch, TEXT_TOKENS, text_dim)
     if info.per_token_timestep:
         kw["timestep"] = (torch.rand(batch, n_tok, generator=gen, dtype=torch.float64) * 1000
-                          if random_timesteps else torch.full((batch, n_tok), t,
-                                                              dtype=torch.float64)).to(dtype)
+                          if t is None else torch.full((batch, n_tok), t,
+                                                       dtype=torch.float64)).to(dtype)
     else:
-        kw["timestep"] = torch.full((batch,), t, dtype=dtype)
+        kw["timestep"] = torch.full((batch,), 500.0 if t is None else t, dtype=dtype)
     if info.text_mask:
         mask = torch.ones(batch, TEXT_TOKENS, dtype=torch.bool)
         for i in range(batch):  # padding of different lengths per sample (2, 3, 4, 2, ...)

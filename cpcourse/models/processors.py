@@ -55,7 +55,7 @@ class WanCPProcessor(_CPProcessor):
         if rotary_emb is not None:  # the shard's own rows (cpcourse.models.rotary)
             q, k = _wan_rotate(q, *rotary_emb), _wan_rotate(k, *rotary_emb)
         out, _ = cp_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), self.cp)
-        out = out.transpose(1, 2).flatten(2, 3).type_as(q)
+        out = out.transpose(1, 2).flatten(2, 3).type_as(q)  # [B, H, L_r, D] -> [B, L_r, H*D]
         return attn.to_out[1](attn.to_out[0](out))
 
 
@@ -125,7 +125,7 @@ class CogVideoXCPProcessor(_CPProcessor):
         if attention_mask is not None or encoder_hidden_states is None:
             raise InputError("CogVideoXCPProcessor expects text tokens and no attention mask")
         n_text = encoder_hidden_states.shape[1]
-        x = torch.cat([encoder_hidden_states, hidden_states], dim=1)
+        x = torch.cat([encoder_hidden_states, hidden_states], dim=1)  # [B, N + L_r, C]
         b = x.shape[0]
         q, k, v = (f(x).view(b, x.shape[1], attn.heads, -1).transpose(1, 2)
                    for f in (attn.to_q, attn.to_k, attn.to_v))  # [B, H, N + L_r, D]
@@ -133,11 +133,13 @@ class CogVideoXCPProcessor(_CPProcessor):
             q = attn.norm_q(q)
         if attn.norm_k is not None:
             k = attn.norm_k(k)
+        # text [B, H, N, D] and video [B, H, L_r, D]
         (tq, q), (tk, k), (tv, v) = ((t[:, :, :n_text], t[:, :, n_text:]) for t in (q, k, v))
         if image_rotary_emb is not None:
             q = apply_rotary_emb(q, image_rotary_emb)
             k = apply_rotary_emb(k, image_rotary_emb)
         out, text_out = cp_attention(q, k, v, self.cp, text=(tq, tk, tv))
+        # [B, H, N + L_r, D] -> [B, N + L_r, C]
         joined = torch.cat([text_out, out], dim=2).transpose(1, 2).reshape(b, -1, x.shape[-1])
         joined = attn.to_out[1](attn.to_out[0](joined))
         text_out, out = joined.split([n_text, joined.shape[1] - n_text], dim=1)

@@ -32,11 +32,12 @@ def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
     sizes = [rope.t_dim, rope.h_dim, rope.w_dim]
     tables = []
     for full in (rope.freqs_cos, rope.freqs_sin):
-        t, h, w = full.split(sizes, dim=1)
+        t, h, w = full.split(sizes, dim=1)  # [max_seq_len, t_dim], [.., h_dim], [.., w_dim]
+        # each axis' rows broadcast over the (nf, pph, ppw) grid: [nf, pph, ppw, D]
         grid = torch.cat([t[f0:f0 + nf].view(nf, 1, 1, -1).expand(nf, pph, ppw, -1),
                           h[:pph].view(1, pph, 1, -1).expand(nf, pph, ppw, -1),
                           w[:ppw].view(1, 1, ppw, -1).expand(nf, pph, ppw, -1)], dim=-1)
-        tables.append(grid.reshape(1, nf * pph * ppw, 1, -1))
+        tables.append(grid.reshape(1, nf * pph * ppw, 1, -1))  # [1, L_r, 1, D]
     return tables[0], tables[1]
 
 
@@ -51,9 +52,10 @@ def hunyuan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int, device=None):
     axes = [torch.arange(f0, f0 + nf, device=device, dtype=torch.float32),
             torch.arange(pph, device=device, dtype=torch.float32),
             torch.arange(ppw, device=device, dtype=torch.float32)]
-    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0)
+    grid = torch.stack(torch.meshgrid(*axes, indexing="ij"), dim=0)  # [3, nf, pph, ppw]
     parts = [get_1d_rotary_pos_embed(rope.rope_dim[i], grid[i].reshape(-1), rope.theta,
                                      use_real=True) for i in range(3)]
+    # per axis [L_r, rope_dim[i]] -> [L_r, D]
     return torch.cat([c for c, _ in parts], dim=1), torch.cat([s for _, s in parts], dim=1)
 
 

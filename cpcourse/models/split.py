@@ -100,13 +100,13 @@ def split_pre_forward(cp, params: list[str]):
             require(t.shape[1] in (total, mine), f"per-token timesteps must have one entry per"
                     f" video token ({total}, or this rank's {mine}), got {t.shape[1]}")
             if t.shape[1] == total and total != mine:
-                put("timestep", t.narrow(1, cp.tok0, mine))
+                put("timestep", t.narrow(1, cp.tok0, mine))  # [B, L] -> [B, L_r]
         rot = get("image_rotary_emb") if "image_rotary_emb" in params else None
         if rot is not None:  # CogVideoX: the pipeline passes the whole video's table
             n = rot[0].shape[0]
             require(n in (total, mine), f"image_rotary_emb must have one row per video token "
                     f"({total}, or this rank's {mine}), got {n}")
-            if n == total and total != mine:
+            if n == total and total != mine:  # ([L, D_rot], [L, D_rot]) -> L_r rows each
                 put("image_rotary_emb", slice_tokens(rot, cp.tok0, mine, 0))
         return tuple(args), kwargs
     return hook
@@ -114,7 +114,7 @@ def split_pre_forward(cp, params: list[str]):
 
 def split_tokens(cp):
     def hook(module, args, kwargs):
-        if args:
+        if args:  # hidden states [B, L, C] -> this rank's [B, L_r, C]
             x = args[0]
             return (x.narrow(1, cp.tok0, cp.lens[cp.rank]),) + tuple(args[1:]), kwargs
         x = kwargs["hidden_states"]
@@ -124,5 +124,5 @@ def split_tokens(cp):
 
 def gather_hook(cp):
     def hook(module, args, output):
-        return gather_uneven(output, cp.lens, dim=1, group=cp.group)
+        return gather_uneven(output, cp.lens, dim=1, group=cp.group)  # [B, L_r, C] -> [B, L, C]
     return hook

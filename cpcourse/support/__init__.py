@@ -5,8 +5,8 @@
 `errors`: `InputError` (a one-line message that says what to change; the command line prints it
 and exits 2), the checks that raise it, and the argument parser every command shares.
 `bytecount`: the bytes each rank sends, measured at the torch.distributed calls themselves.
-`agreement`: how a ring learns every rank's K/V length (and remembers it); `recorder`: the per-step
-records of compute, communication and bytes, a no-op unless asked for; `out_files`: output
+`agreement`: how a ring learns every rank's K/V length (and remembers it; the ring, tiling and
+the tiny DiT's costs use it); `out_files`: output
 files checked writable before the work and written through a temporary file after it.
 This package imports nothing else from cpcourse, so any module may import it.
 """

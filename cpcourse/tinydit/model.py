@@ -34,6 +34,12 @@ from torch import nn
 
 from cpcourse import video
 from cpcourse.support.errors import InputError, require
+from cpcourse.tinydit.embed import frame_embedding, timestep_embedding
+from cpcourse.tinydit.embed import patchify as patchify  # re-exported: callers import it here
+from cpcourse.tinydit.embed import unpatchify as unpatchify
+from cpcourse.tinydit.kinds import KINDS as KINDS  # re-exported, as are the two checks
+from cpcourse.tinydit.kinds import require_kind as require_kind
+from cpcourse.tinydit.kinds import weights_kind
 from cpcourse.tinydit.rope import apply_rope, rope_3d, rope_angles_at
 
 ATTENTIONS = ("factored", "full")
@@ -100,42 +106,6 @@ class CPContext:
     positions: object = None
 
 
-def patchify(latent: torch.Tensor, p: int) -> torch.Tensor:
-    """`[B, C, T, Hl, Wl]` -> tokens `[B, T, S, C*p*p]`, S = (Hl/p) * (Wl/p), (y, x) row-major."""
-    b, c, t, hl, wl = latent.shape
-    require(hl % p == 0 and wl % p == 0,
-            f"latent height and width ({hl}, {wl}) must be multiples of the patch {p}")
-    x = latent.reshape(b, c, t, hl // p, p, wl // p, p)
-    return x.permute(0, 2, 3, 5, 1, 4, 6).reshape(b, t, (hl // p) * (wl // p), c * p * p)
-
-
-def unpatchify(tokens: torch.Tensor, c: int, p: int, grid: tuple[int, int]) -> torch.Tensor:
-    """Inverse of `patchify`: `[B, T, S, C*p*p]` -> `[B, C, T, h*p, w*p]`."""
-    b, t, _, _ = tokens.shape
-    h, w = grid
-    x = tokens.reshape(b, t, h, w, c, p, p).permute(0, 4, 1, 2, 5, 3, 6)
-    return x.reshape(b, c, t, h * p, w * p)
-
-
-def timestep_embedding(t: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal features `[B, dim]` of diffusion times t in [0, 1] (scaled by 1000)."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64,
-                                                         device=t.device) / half)
-    args = (t.double()[:, None] * 1000.0) * freqs[None]
-    return torch.cat([args.cos(), args.sin()], dim=-1).to(t.dtype if t.is_floating_point()
-                                                          else torch.float32)
-
-
-def frame_embedding(frames: torch.Tensor, dim: int) -> torch.Tensor:
-    """Sinusoidal features `[T, dim]` of integer frame indices (periods up to 10000 frames)."""
-    half = dim // 2
-    freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float64,
-                                                         device=frames.device) / half)
-    args = frames.double()[:, None] * freqs[None]
-    return torch.cat([args.cos(), args.sin()], dim=-1)
-
-
 def _modulate(x, shift, scale):
     # x [B, T, S, hidden]; shift, scale [B, hidden]: one affine per sample, broadcast over tokens
     return x * (1 + scale[:, None, None]) + shift[:, None, None]
@@ -182,6 +152,7 @@ class Attention(nn.Module):
             out = (video.full_attention(q, k, v) if ctx.group is None else
                    video.full_attention_cp(q, k, v, ctx.group, method=ctx.full_method))
         del q, k, v
+        # out [B, H, T_r, S, D] -> [B, T_r, S, H*D]
         return self.proj(out.permute(0, 2, 3, 1, 4).reshape(b, t, s, h * d))
 
 
@@ -199,6 +170,7 @@ class Block(nn.Module):
         self.ada = nn.Linear(cfg.hidden, 3 * (len(kinds) + 1) * cfg.hidden)
 
     def forward(self, x, c, ctx: CPContext):
+        # c [B, hidden] -> (shift, scale, gate) per attention and for the MLP, each [B, hidden]
         mods = self.ada(nn.functional.silu(c)).chunk(3 * (len(self.attns) + 1), dim=-1)
         # In-place residual adds at inference: the caller's reference to the block input would
         # otherwise keep a second copy of the residual stream alive through the whole block.
@@ -249,7 +221,7 @@ class TinyVideoDiT(nn.Module):
             c = c + self.y_embed(y[:, 0]) + self.m_embed(y[:, 1])
         else:
             c = c + self.y_embed(y)
-        x = self.embed(tokens)
+        x = self.embed(tokens)  # [B, T_r, S, C*p*p] -> [B, T_r, S, hidden]
         if self.cfg.frame_embed:
             # Like rotary positions, the index is the GLOBAL frame: a rank's first frame is
             # ctx.frame_offset, not 0, or every rank would hold "the first frames".
@@ -293,38 +265,6 @@ def save_weights(model: TinyVideoDiT, path: str, extra: dict, name: str | None =
     meta["kind"] = json.dumps(weights_kind(extra))
     with replacing(path, name) as tmp:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, tmp, metadata=meta)
-
-
-KINDS = ("bidirectional", "chunk-causal")
-
-
-def weights_kind(meta: dict) -> dict:
-    """What a weights file holds, from its metadata: {"model": "bidirectional"} or
-    {"model": "chunk-causal", "chunk": C} (frames per chunk it was trained with). Files written
-    before `kind` existed (the shipped ones among them) say it by their "causal" entry, which
-    `cpcourse train --causal` has always written: without it the model is bidirectional."""
-    if isinstance(meta.get("kind"), dict):
-        kind = meta["kind"]
-        require(kind.get("model") in KINDS, f"weights: unknown kind {kind!r}")
-        return kind
-    if isinstance(meta.get("causal"), dict):
-        return {"model": "chunk-causal", "chunk": int(meta["causal"]["chunk"])}
-    return {"model": "bidirectional"}
-
-
-def require_kind(path: str, meta: dict, causal: bool) -> dict:
-    """`weights_kind`, or an InputError when the file is not the model the command samples
-    (`causal`: the chunk-causal one, streamed; else the bidirectional one)."""
-    kind = weights_kind(meta)
-    if causal:
-        require(kind["model"] == "chunk-causal", f"weights {path}: these weights are "
-                "bidirectional, not a chunk-causal model: drop --causal, or train one with "
-                "`cpcourse train --causal`")
-    else:
-        require(kind["model"] == "bidirectional", f"weights {path}: these weights are "
-                f"chunk-causal (trained with chunk {kind.get('chunk')}): add --causal to stream "
-                "them chunk by chunk")
-    return kind
 
 
 def load_weights(path: str, dtype=torch.float32) -> tuple[TinyVideoDiT, dict]:

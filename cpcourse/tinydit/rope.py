@@ -8,6 +8,10 @@ last `pairs_hw` by x (`pairs_hw = (D // 2) // 3`, `pairs_t` the rest). Attention
 depend only on position differences, which is why rotary is the video default (Wan, HunyuanVideo,
 Cosmos, Step-Video).
 
+Rotary embeddings are RoFormer's (Su et al. 2021, https://arxiv.org/abs/2104.09864, base
+10000); the split over (t, y, x) is Wan's (diffusers' `WanRotaryPosEmbed`: y and x get
+2 * (D // 6) channels each, t the rest).
+
 Under CP each rank holds frames `[t0, t0 + T_r)`: it must rotate by the GLOBAL frame index
 t0 + t, not its local t. Rotating by the local index (every shard starting at 0) is the classic
 silent bug: every rank's outputs look plausible, and the model sees P copies of frames 0..T_r-1.
@@ -43,7 +47,7 @@ def rope_angles(frames: int, height: int, width: int, head_dim: int, frame_offse
     y = torch.arange(row_offset, row_offset + height).repeat_interleave(width)
     x = torch.arange(width).repeat(height)
     grid = torch.stack([t[:, None].expand(-1, height * width), y[None].expand(frames, -1),
-                        x[None].expand(frames, -1)], dim=-1)
+                        x[None].expand(frames, -1)], dim=-1)  # [T, S, 3]: (t, y, x) per token
     return rope_angles_at(grid, head_dim, base)
 
 
@@ -52,6 +56,7 @@ def rope_angles_at(positions: torch.Tensor, head_dim: int, base: float = 10000.0
     rank holding any set of tokens (a piece of a frame, say) rotates by."""
     pt, ph, pw = rope_split(head_dim)
     pos = positions.to(torch.float64)
+    # [..., 1] x [pairs] per axis, joined: [..., pt + ph + pw] = [..., D/2]
     return torch.cat([pos[..., i, None] * _freqs(n, base)
                       for i, n in enumerate((pt, ph, pw))], dim=-1)
 
@@ -62,7 +67,8 @@ def apply_rope(x: torch.Tensor, angles: torch.Tensor) -> torch.Tensor:
             f"x [..., T, S, D] {tuple(x.shape)} does not match angles [T, S, D/2] "
             f"{tuple(angles.shape)}")
     cos, sin = (f(angles).to(device=x.device, dtype=x.dtype) for f in (torch.cos, torch.sin))
-    even, odd = x[..., 0::2], x[..., 1::2]
+    even, odd = x[..., 0::2], x[..., 1::2]  # [..., T, S, D/2] each
+    # [..., T, S, D/2, 2] -> [..., T, S, D]: each rotated pair back in place
     return torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1).flatten(-2)
 
 

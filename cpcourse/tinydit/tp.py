@@ -31,7 +31,8 @@ def tensor_parallel(model, group):
     for block in model.blocks:
         for attn in block.attns:
             rows = head_rows(cfg.heads, d, rank, tp)
-            attn.qkv = ColumnParallelLinear(attn.qkv, rows)
+            attn.qkv = ColumnParallelLinear(attn.qkv, rows)  # [.., hidden] -> [.., 3 * H/tp * D]
+            # [.., H/tp * D] -> [.., hidden], summed over the group (one all-reduce)
             attn.proj = RowParallelLinear(attn.proj, head_rows(cfg.heads, d, rank, tp, 1), group)
             attn.heads = cfg.heads // tp
         fc1, fc2 = block.mlp[0], block.mlp[2]

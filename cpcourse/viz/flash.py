@@ -22,9 +22,11 @@ PLACE_COLORS = {"HBM": "0.6", "shared memory": "C1", "registers": "C0"}
 _SMEM, _REGS, _IDLE = PLACE_COLORS["shared memory"], PLACE_COLORS["registers"], "0.88"
 
 
-def _blocks(ax, x: float, width: float, size: int, rows: int, length: int, name: str,
-            hot: int, color: str, label: str) -> None:
-    """Row blocks of `size` from row 0 down to `rows` (the drawn window); block `hot` coloured."""
+def _blocks(ax, column: tuple[float, float], size: int, rows: int, length: int, name: str,
+            hot: int, look: tuple[str, str]) -> None:
+    """Row blocks of `size` from row 0 down to `rows` (the drawn window), in the column
+    (x, width); block `hot` coloured and labelled, look = (color, label)."""
+    (x, width), (color, label) = column, look
     for i, start in enumerate(range(0, rows, size)):
         n = min(size, length - start, rows - start)
         ax.add_patch(Rectangle((x, start), width, n, facecolor=color if i == hot else _IDLE,
@@ -51,7 +53,7 @@ def tiling_figure(ws: dict, query_block: int = 1, key_block: int = 2,
     x = 0.0
     spans = {}
     for name, size, hot, label in (("Q", br, i, "Q_i"), ("K", bc, j, "K_j")):
-        _blocks(left, x, D, size, rows, L, name, hot, _SMEM, label)
+        _blocks(left, (x, D), size, rows, L, name, hot, (_SMEM, label))
         spans[name] = x
         x += D + gap
     # S_ij = Q_i K_j^T: Br rows of block i, Bc columns (one per key of block j), in registers.
@@ -63,7 +65,7 @@ def tiling_figure(ws: dict, query_block: int = 1, key_block: int = 2,
     spans["S"] = x
     x += bc + gap
     for name, size, hot, color, label in (("V", bc, j, _SMEM, "V_j"), ("O", br, i, _REGS, "O_i")):
-        _blocks(left, x, D, size, rows, L, name, hot, color, label)
+        _blocks(left, (x, D), size, rows, L, name, hot, (color, label))
         spans[name] = x
         x += D + (gap / 4 if name == "O" else gap)
     for name in ("m", "l"):  # one float per row of block i, drawn wider than one column

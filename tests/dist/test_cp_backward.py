@@ -119,7 +119,7 @@ def _mismatch(rank, world) -> dict:
 
 def _plant_stale_kv(world: int) -> None:
     """diffusers #14265 in our ring: every backward step reuses the K/V of its first step."""
-    import cpcourse.ring as ring
+    import cpcourse.ring.backward as ring
 
     real, first, calls = ring.attention_backward_from_lse, {}, [0]
 

@@ -17,8 +17,6 @@ from cpcourse import attention as A
 from cpcourse.launch import launch
 from cpcourse.support.errors import InputError
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
 CUDA_BACKENDS = ("flash-attn", "sdpa-flash", "sdpa-efficient", "sdpa-cudnn")
 DTYPES = (torch.bfloat16, torch.float16, torch.float32)
 

@@ -1,16 +1,28 @@
-"""The prepared GPU check's CPU side: the dry run walks every part at tiny sizes, a machine
-without CUDA is told so in one line, and the real-size configs are the released models'."""
+"""The prepared GPU check's CPU side (tools/gpu_check): the dry run walks every part at tiny
+sizes, a machine without CUDA is told so in one line (also through `cpcourse bench gpu`), and
+the real-size configs are the released models'."""
 
 from __future__ import annotations
 
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from cpcourse.bench import gpu, gpu_attention, gpu_kernels, gpu_models, gpu_serial, triton_attention
+from cpcourse import triton_attention
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:  # tools/ is the checkout's, not the package's
+    sys.path.insert(0, str(ROOT))
+
+from tools.gpu_check import attention as gpu_attention  # noqa: E402
+from tools.gpu_check import check as gpu  # noqa: E402
+from tools.gpu_check import kernels as gpu_kernels  # noqa: E402
+from tools.gpu_check import models as gpu_models  # noqa: E402
+from tools.gpu_check import serial as gpu_serial  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -39,6 +39,9 @@ RANKS = {
     "attention_backward": 2,  # the blockwise backward from lse, under the ring's
     "cp_boundaries": 3,  # training's scatter, gather and loss scale
     "link_probe": 7,  # the link timed alone (notebooks 04, 05): launches ranks, fits the planner
+    "video_layout": 4,  # the video axes folded into the batch, frames sharded along T
+    "triton_attention": 2,  # notebook 02's appendix: the online softmax as one Triton kernel
+    "attention_kernels": 1,  # the fused kernels' adapters and the backend choice, under attention
 }
 
 

@@ -1,8 +1,8 @@
 """The second GPU run's bookkeeping: its parts, each section's provenance, the summary lines.
 
-    cpcourse bench gpu --json          # `cpcourse.bench.gpu` runs the parts this module lists
+    cpcourse bench gpu --json          # `tools/gpu_check/check.py` runs the parts this module lists
 
-Each part (`cpcourse.bench.gpu_attention`, `gpu_pipeline`, `gpu_serial`) is a function
+Each part (`tools/gpu_check/attention.py`, `gpu_pipeline`, `gpu_serial`) is a function
 `fn(device, dry, repeat, gpu_id, deadline) -> dict`, its section of the results; `stamp` is the
 provenance every section carries, so a section copied elsewhere still says where it was made.
 """
@@ -35,7 +35,9 @@ def stamp(device: torch.device, gid: str | None) -> dict:
 
 
 def parts() -> dict:
-    from cpcourse.bench import gpu_attention, gpu_pipeline, gpu_serial
+    from tools.gpu_check import attention as gpu_attention
+    from tools.gpu_check import pipeline as gpu_pipeline
+    from tools.gpu_check import serial as gpu_serial
 
     # each: fn(device, dry, repeat, gpu_id, deadline) -> its section
     return {"attention": gpu_attention.attention_part, "ring": gpu_attention.ring_part,

@@ -12,7 +12,7 @@ shape's tokens are its video tokens plus its text tokens where the model joins t
   CogVideoX-5B   48 heads x 64, 17,776 tokens (13 x 30 x 45 video + 226 text)
 The kernels: `cpcourse.attention`'s (SDPA's flash, cuDNN, memory-efficient; flash-attn if
 installed), SDPA's math kernel where its score matrix fits, and the course's Triton kernel
-(`cpcourse.bench.triton_attention`). flash-attn's wheels are not measured: FlashAttention-2
+(`cpcourse.triton_attention`). flash-attn's wheels are not measured: FlashAttention-2
 must be compiled for hours and FlashAttention-4's CUTLASS DSL libraries exceed the 64 MiB of
 files that can be carried to the GPU machine. Beside each shape: the planner's seconds for its
 kernels (fa2, fa3, sdpa) at their planned share of the bf16 peak.
@@ -30,12 +30,12 @@ import time
 
 import torch
 
+from cpcourse import triton_attention
 from cpcourse.attention import attention_with_lse
-from cpcourse.bench import triton_attention
-from cpcourse.bench.gpu_kernels import backends_present, median, timed
 from cpcourse.planner.deployment import MERGE_BYTES_PER_ELEMENT
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.support.errors import InputError
+from tools.gpu_check.kernels import backends_present, median, timed
 
 # (label, preset, heads, head dim, tokens, text tokens at the end of the sequence)
 REAL_SHAPES = (("wan14b", "wan2.1-t2v-14b", 40, 128, 75_600, 0),

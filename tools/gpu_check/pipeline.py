@@ -4,7 +4,7 @@ per forward, timed as a deployment runs them.
     cpcourse bench gpu --parts warm,step,fp8 --json             # on a CUDA machine
     cpcourse bench gpu --dry-run --parts warm,step,fp8 --json   # CPU, tiny configs
 
-`warm_part`: Wan2.1 1.3B, 14B and HunyuanVideo at their default sizes (`cpcourse.bench.gpu_models`
+`warm_part`: Wan2.1 1.3B, 14B and HunyuanVideo at their default sizes (`tools/gpu_check/models.py`
 builds them: diffusers' classes, released sizes, random bf16 weights), one warm-up forward at
 the SAME shape (the first run warmed up at two latent frames: new cuDNN plans and allocations
 fell into its one timed sample), then three timed: median, min and max, beside the planner.
@@ -22,10 +22,10 @@ import time
 
 import torch
 
-from cpcourse.bench import gpu_models
-from cpcourse.bench.gpu_kernels import median, timed
 from cpcourse.planner.hardware import get_gpu
 from cpcourse.planner.tokens import get_model
+from tools.gpu_check import models as gpu_models
+from tools.gpu_check.kernels import median, timed
 
 STEP_MODEL = "wan2.1-t2v-14b"
 FLOW_SHIFT, STEPS, GUIDANCE = 5.0, 50, 5.0  # Wan2.1 T2V 720p's released sampler settings

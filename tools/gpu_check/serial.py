@@ -32,8 +32,8 @@ import math
 import torch
 from torch import nn
 
-from cpcourse.bench.gpu_kernels import median, timed
 from cpcourse.planner.tokens import model_tokens
+from tools.gpu_check.kernels import median, timed
 
 VAES = (("wan2.1-t2v-14b", "AutoencoderKLWan", False),
         ("hunyuanvideo-13b", "AutoencoderKLHunyuanVideo", True),

@@ -25,10 +25,10 @@ import math
 
 import torch
 
-from cpcourse.bench.gpu_kernels import median, timed
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.tokens import get_model, model_tokens
 from cpcourse.support.layout import Layout
+from tools.gpu_check.kernels import median, timed
 
 # (preset id, diffusers arch, the sizes to run at: the preset's default video)
 CASES = (("wan2.1-t2v-1.3b", "wan"), ("wan2.1-t2v-14b", "wan"),
