@@ -101,7 +101,12 @@ def test_snap_and_short_parallel():
     short = {r["id"]: r["official multi-GPU"] for r in vt.model_rows()}
     assert short["cosmos-1.0-diffusion-7b"] == "ring, split over time"
     assert short["wan2.2-t2v-a14b"].startswith("Ulysses all-to-all")
-    assert short["hunyuanvideo-13b"] == "Ulysses x ring (USP), split over height"
+    # derived from its rule at 720p (45 rows of tokens: no P of 2, 4, 8 divides them), not read
+    # off the word "height" in the rule's text
+    assert short["hunyuanvideo-13b"] == "Ulysses x ring (USP), split over width at 8 GPUs"
+    assert vt.short_parallel("split along HEIGHT if ..., else WIDTH") == "TP only"
+    opensora = next(r for r in vt.model_rows() if r["id"] == "open-sora-1.2-stdit3")
+    assert "max trained" in opensora["default video"]
     assert short["ltx-video-2b"] == "none (single GPU)"
 
 
