@@ -168,8 +168,8 @@ def reveal(*parts, summary: str = "Show the answers") -> None:
     closed `<details>` fold whose summary is `summary`; elsewhere plain text under a line.
 
     Each part is Markdown (a str), a table (a list of row dicts, or `(rows, columns)`, as
-    `show_table`) or a matplotlib Figure. Use it for worked answers ("Show the answers") and for what a
-    "**Predict first.**" prompt asks about ("Show the result").
+    `show_table`) or a matplotlib Figure. Use it for worked answers ("Show the answers") and
+    for what a "**Predict first.**" prompt asks about ("Show the result").
     """
     try:
         from IPython import get_ipython
