@@ -103,11 +103,8 @@ def gpu_memory(m: ModelPreset, tokens: int, cp: int, *, dtype: str = "bf16",
 
 
 def short_parallel(text: str, axis: str | None = None) -> str:
-    """The official multi-GPU recipe in a few words, read from the facts sheet's description.
-
-    `axis`: the split axis when it is computed from the model's own rule (HunyuanVideo's depends
-    on the size and P: `hunyuan_split_axis`); a keyword of the text would name the rule's first
-    branch whatever the size."""
+    """The official multi-GPU recipe in a few words, read from the facts sheet's description;
+    `axis` when computed from the model's own rule (a keyword would name its first branch)."""
     t = text.lower()
     if t.startswith("none") or "none in official" in t:
         return "none (single GPU)"
@@ -128,17 +125,15 @@ def short_parallel(text: str, axis: str | None = None) -> str:
 
 
 def _split_axis(m, world: int) -> str | None:
-    """The axis a model's own code splits at its default size on `world` GPUs, where its rule
-    depends on the size (HunyuanVideo: rows of tokens if they divide by P, else columns)."""
+    """The axis HunyuanVideo's rule (`hunyuan_split_axis`) splits at its default size."""
     if not m.split_rule or "height or else width" not in m.split_rule[0]:
-        return None  # the rule hunyuan_split_axis reads from hyvideo/inference.py
+        return None
     axis = hunyuan_split_axis(m.default_height, m.default_width, world)
     return f"{axis} at {world} GPUs" if axis else "refused at this size"
 
 
 def _default_video(m) -> str:
-    """A preset's default video; a facts-sheet `default_note` (the size is not what its code
-    runs by default, e.g. Open-Sora 1.2's largest trained setting) is carried beside it."""
+    """A preset's default video, with the facts sheet's `default_note` where it has one."""
     fps = f" @ {m.default_fps:g} fps" if m.default_fps else ""
     note = next((f.get("default_note") for f in facts()["models"] if f["id"] == m.id), None)
     return (f"{m.default_height}x{m.default_width}, {m.default_frames} f{fps}"
