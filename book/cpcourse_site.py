@@ -3,7 +3,8 @@
 - Answers folded: a notebook's worked answers (the code cells under a "Worked questions" heading:
   their source prints the answers too) and the first output after a "**Predict first.**"
   paragraph render inside a `<details>` fold ("Show the answers", "Show the result"), the way
-  myst-nb folds a cell tagged `hide-output`. A cell tagged `show-output` is never folded.
+  myst-nb folds a cell tagged `hide-output`. A cell tagged `show-output` is never folded. A fold
+  the notebook writes itself (`cpcourse.viz.fmt.reveal`) opens inside a folded cell.
 - Progress on stderr: one line per notebook as it is read (executed, or taken from the cache),
   with its time, so a 10-minute `make book` says where it is.
 - `static/cpcourse.css` (table padding, a wider text column, wide tables and code scrolling
@@ -37,6 +38,12 @@ def _fold(cell, mode: str, prompts: tuple[str, str]) -> None:
         return
     cell["hide_mode"] = mode
     cell["prompt_show"], cell["prompt_hide"] = prompts
+    # a fold the notebook made itself (`cpcourse.viz.fmt.reveal`) opens inside this one: one click
+    for raw in cell.findall(nodes.raw):
+        text = raw.astext()
+        if 'class="cpc-reveal"' in text:
+            raw.children = [nodes.Text(text.replace('class="cpc-reveal"',
+                                                    'class="cpc-reveal" open'))]
 
 
 def _in_worked_questions(cell) -> bool:

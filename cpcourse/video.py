@@ -259,7 +259,9 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None, scale=None):
     Every rank appends the text queries to its own (each rank then computes the text rows in
     full), but only the LAST rank appends the text keys/values to its ring block: the ring shows
     every block to every rank, so text K/V appended everywhere would be counted P times in each
-    softmax (sglang#33327: silent corruption). Returns (local video out, text out).
+    softmax (silent corruption: sglang#33353 guarded such ring paths). xDiT's
+    `joint_strategy="rear"` is the other design: text K/V never enter the ring, each rank
+    attends to them locally and merges by lse. Returns (local video out, text out).
     """
     _check_video(q, k, v)
     _check_text(q, v, text_q, text_k, text_v)

@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex02_online_softmax.py by tools/make_exercises.py
-# stub-sha256: 9393928698acc6e2 (how the generator tells your edits from its output)
+# stub-sha256: 43309b98b0f77020 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 02, the online softmax and the merge: attention one block at a time,
 and a bug hunt in an online softmax.
@@ -49,12 +49,12 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
 
     q: [B, H, Lq, D], k: [B, H, Lk, D], v: [B, H, Lk, Dv] -> (out [B, H, Lq, Dv] in q's dtype,
     lse [B, H, Lq] float32, float64 for float64 inputs); scale defaults to 1 / sqrt(D).
-    Per query row keep, in float32 (float64 for float64 inputs): the running max m, the running
-    sum l = sum exp(s - m) and the running acc = sum exp(s - m) * v over the keys seen so far.
-    For each block: scores s = q @ k_blk^T * scale; m_new = max(m, rowmax(s)); rescale l and acc
-    by exp(m - m_new); add this block's exp(s - m_new) terms. At the end out = acc / l and
-    lse = m + log(l). Never build the full [Lq, Lk] score matrix (a test measures memory).
-    Lk = 0 (no keys) returns out = 0 and lse = -inf.
+    Keys arrive a block at a time, as over a ring: keep per query row, in float32 (float64 for
+    float64 inputs), 02.1's running max and sum and the unnormalised output acc = sum_j
+    exp(s_j - m) v_j over the keys seen so far. How acc follows a moving max, and what out and
+    lse are at the end, is yours to derive (notebook 02, section 3). Never build the full
+    [Lq, Lk] score matrix (a test measures memory). With no keys (Lk = 0), return what merges as
+    nothing (exercise 01.2).
     """
     # Exercise 02.2: write your code here, then delete the raise.
     raise NotImplementedError(

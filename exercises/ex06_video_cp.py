@@ -1,5 +1,5 @@
 # Yours to edit. Generated from solutions/ex06_video_cp.py by tools/make_exercises.py
-# stub-sha256: 4c36e82d00771949 (how the generator tells your edits from its output)
+# stub-sha256: 16b2cd6444bf37c8 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 06, video tokens and temporal CP: split a video along time.
 
@@ -24,9 +24,11 @@ from cpcourse.support.shards import shard_sizes
 def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:
     """Rank `rank`'s frames of a whole video and the global index of its first frame.
 
-    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int), with
-    T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
-    ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
+    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int): the
+    frames `torch.tensor_split(range(T), world)[rank]` names, and the global index of the
+    first of them. Compute both in O(1) from T, rank and world (a rank of a real model knows
+    its rank, not the other ranks' shards), and mind a rank with no frame: its offset is still
+    where its (empty) run sits.
     """
     # Exercise 06.1: write your code here, then delete the raise.
     raise NotImplementedError(
@@ -83,9 +85,10 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
 def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
     """Full 3D attention of a T-sharded video with the ring: `[B, H, T_r, S, D]` in and out.
 
-    In (t, h, w) order the local frames are one contiguous run of the flattened sequence, so
-    flatten them to `[B, H, T_r*S, D]`, call `cpcourse.ring.ring_attention` (local shards in,
-    local output out) and reshape back.
+    Equal, on every rank, to its frames of one process's attention over all T*S tokens. The
+    library's `cpcourse.ring.ring_attention` takes sequence shards `[B, H, L_r, D]` in
+    tensor_split order: decide whether a rank's frames are such a shard (frames split by
+    frames, not tokens, so L_r is not the token split's) and what the ring needs to see.
     """
     # Exercise 06.4: write your code here, then delete the raise.
     raise NotImplementedError(
@@ -115,9 +118,9 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
 
     q, k, v `[B, H, T_r, S, D]` (this rank's frames); text_q/k/v `[B, H, N, D]`, the same on
     every rank. Returns (video out `[B, H, T_r, S, D]`, text out `[B, H, N, D]`) equal to one
-    process attending over all T*S + N tokens. Each text key must enter every softmax exactly
-    once: `joint_attention_cp_buggy` puts it into every rank's ring block, so the ring shows it
-    P times (sglang#33327: silent, plausible-looking corruption).
+    process attending over all T*S + N tokens, on every rank (each rank's text rows are the
+    whole text's). Each text key must enter every softmax exactly once, whatever P: where the
+    text keys and values go is your design (notebook 06, section 6 compares the choices).
     """
     # Exercise 06.5: write your code here, then delete the raise.
     raise NotImplementedError(

@@ -1,15 +1,14 @@
 # Yours to edit. Generated from solutions/ex07_dit_cp.py by tools/make_exercises.py
-# stub-sha256: ccdbc199872437b4 (how the generator tells your edits from its output)
+# stub-sha256: c2dd254eba9fb43e (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 07, a tiny video DiT under CP: what must not depend on P.
+"""Exercise of notebook 07, a tiny video DiT under CP: find every input that depends on P.
 
     python -m pytest tests/graded --ex 07.1 --impl exercises
 
-A model under CP must give the same sample at P = 1, 2, 4. Two things break that silently:
-positions computed from local frame numbers, and noise drawn per rank. The library's versions
-are `cpcourse.tinydit.rope.rope_3d(..., frame_offset=)` and
-`cpcourse.tinydit.sampling.initial_noise`. Exercise
-07.3 is a bug hunt: a rank's set-up that passes every test at 8 frames and is wrong at 5.
+A model under CP must give the same sample at P = 1, 2, 4. Nothing raises when it does not:
+the clip is just different. `rank_inputs_buggy` is a colleague's set-up of what one rank feeds
+the model's first block; its P = 4 clip differs from the P = 1 clip. Exercise 07.1 is a
+diagnosis: find every input in it that depends on P, and fix each one in `rank_inputs`.
 """
 
 from __future__ import annotations
@@ -17,78 +16,46 @@ from __future__ import annotations
 import torch
 
 from cpcourse.tinydit.model import CPContext, frame_embedding, patchify
-from cpcourse.tinydit.rope import apply_rope, rope_angles
 
 
-def rope_on_shard(x: torch.Tensor, height: int, width: int, frames: int, rank: int,
-                  world: int) -> torch.Tensor:
-    """3D rotary on this rank's frames `[B, H, T_r, S, D]` of a `frames`-frame video.
+def rank_inputs_buggy(model, shape: tuple, seed: int, rank: int, world: int):
+    """A rank's start of sampling that looks right and is not (do not copy it).
 
-    The frames are split like tensor_split(frames, world); rank r's first frame is global frame
-    t0 = sum of the frames of ranks 0..r-1. Rotate by global positions:
-    `apply_rope(x, rope_angles(T_r, height, width, D, frame_offset=t0))`.
+    Its author checked that P = 1 reproduces the single-process sampler exactly. At P = 4 the
+    tracker still sees a shape moving, but not the P = 1 clip.
+    """
+    frames = shape[2]
+    t_r = torch.tensor_split(torch.arange(frames), world)[rank].numel()
+    gen = torch.Generator().manual_seed(seed + rank)
+    noise = torch.randn((*shape[:2], t_r, *shape[3:]), generator=gen,
+                        dtype=torch.float64).float()
+    p = model.cfg.patch
+    ctx = CPContext(frame_offset=rank * t_r, grid=(shape[3] // p, shape[4] // p))
+    x = model.embed(patchify(noise, p))                                   # [B, T_r, S, hidden]
+    fe = model.frame_proj(frame_embedding(torch.arange(t_r), model.cfg.hidden).to(x.dtype))
+    return noise, x + fe[None, :, None], ctx
+
+
+def rank_inputs(model, shape: tuple, seed: int, rank: int, world: int):
+    """What rank `rank` of `world` feeds the first block when sampling a `shape` video.
+
+    model: a `cpcourse.tinydit.model.TinyVideoDiT` with `cfg.frame_embed` (the shapes model's
+    design); shape `[B, C, T, Hl, Wl]`: the whole latent video; frames split over the ranks
+    like `torch.tensor_split` (the first T % P ranks hold one more). Returns, as
+    `rank_inputs_buggy` does:
+    - noise `[B, C, T_r, Hl, Wl]` float32: this rank's frames of the starting noise;
+    - x `[B, T_r, S, hidden]`: those frames patch-embedded, plus the frame embedding;
+    - ctx: the `cpcourse.tinydit.model.CPContext` its blocks rotate q and k with.
+    P = 1 is right as it stands (one process draws `torch.randn(shape)` in float64 from
+    `torch.Generator().manual_seed(seed)`, then casts to float32). Joined over the ranks, each
+    output must equal what one process computes, for any number of frames and ranks: find
+    every place where the buggy version lets P in.
     """
     # Exercise 07.1: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 07.1 rope_on_shard: read notebook 07, \"Positions under CP\". Hint: "
-        "section 2: rotate by global positions. The only new ingredient is this "
-        "rank's first global frame, the total held by the ranks before it under the "
-        "tensor_split rule (as in exercise 06.1). Give it to the angle builder as its "
-        "frame offset; the number of frames and the head dimension are the local "
-        "tensor's. (2 more: cpcourse.hint(\"07.1\"))"
-    )
-
-
-def local_noise(shape: tuple, seed: int, rank: int, world: int) -> torch.Tensor:
-    """This rank's frames of the starting noise of a `[B, C, T, Hl, Wl]` latent video.
-
-    Must equal frames [t0, t0 + T_r) of the noise one process draws: float64 normal samples from
-    `torch.Generator().manual_seed(seed)` over the WHOLE shape, then cast to float32. (Seeding
-    each rank with seed + rank, or drawing only T_r frames, gives a different video for each P.)
-    """
-    # Exercise 07.2: write your code here, then delete the raise.
-    raise NotImplementedError(
-        "Exercise 07.2 local_noise: read notebook 07, \"The same noise at any P\". "
-        "Hint: the noise must not depend on P: every rank reproduces exactly what one "
-        "process draws (the whole shape, one generator seeded with `seed`, float64 "
-        "samples cast to float32, as the docstring says) and keeps only its own "
-        "frames along time, split by the usual rule. (2 more: cpcourse.hint(\"07.2\"))"
-    )
-
-
-def shard_embed_buggy(model, latents: torch.Tensor, rank: int, world: int):
-    """A rank's set-up of the tiny DiT's forward that looks right and is not (do not copy it).
-
-    Its author checked it on the notebook's 8-frame clips at P = 2 and 4: the same tokens as
-    one process, to the bit. Run it on 5 frames over 2 ranks and compare.
-    """
-    p = model.cfg.patch
-    tokens = patchify(torch.tensor_split(latents, world, dim=2)[rank], p)  # [B, T_r, S, C p p]
-    t_r = tokens.shape[1]
-    ctx = CPContext(frame_offset=rank * t_r, grid=(latents.shape[3] // p, latents.shape[4] // p))
-    x = model.embed(tokens)
-    idx = torch.arange(ctx.frame_offset, ctx.frame_offset + t_r)
-    fe = model.frame_proj(frame_embedding(idx, model.cfg.hidden).to(x.dtype))
-    return x + fe[None, :, None], ctx
-
-
-def shard_embed(model, latents: torch.Tensor, rank: int, world: int):
-    """`shard_embed_buggy`, fixed: what rank `rank` of `world` feeds the first block.
-
-    model: a `cpcourse.tinydit.model.TinyVideoDiT` with `cfg.frame_embed` (the shapes model's
-    design); latents `[B, C, T, Hl, Wl]`: the whole video (every rank holds it: exercise 07.2).
-    Returns (x `[B, T_r, S, hidden]`: this rank's frames, patch-embedded, plus the frame embedding;
-    ctx: the `cpcourse.tinydit.model.CPContext` its blocks rotate q and k with). Joined over the
-    ranks, x must equal what one process computes for the whole video, and rotating by ctx must give
-    one process's rotary rows, for ANY number of frames and ranks. Keep the buggy version's
-    steps and find what makes it wrong.
-    """
-    # Exercise 07.3: write your code here, then delete the raise.
-    raise NotImplementedError(
-        "Exercise 07.3 shard_embed: read notebook 07, \"Bug hunt: right at 8 frames, "
-        "wrong at 5\". Hint: the buggy version uses one number for both positions "
-        "(rotary and frame embedding), so it is consistent, and every clip of this "
-        "notebook has 8 frames on 1, 2 or 4 ranks. Ask which quantity in its offset "
-        "is this rank's own, and whether the ranks before it hold as many frames as "
-        "this one does when P does not divide T. (2 more: cpcourse.hint(\"07.3\"))"
+        "Exercise 07.1 rank_inputs: read notebook 07, \"Find every input that depends "
+        "on P\". Hint: go through the buggy version line by line and ask of each "
+        "value: does one process compute this same number for these frames? Three of "
+        "them depend on P (the first two show at P = 2 already, the third only when P "
+        "does not divide the frames). (2 more: cpcourse.hint(\"07.1\"))"
     )

@@ -16,14 +16,15 @@ def count_video_tokens(height: int, width: int, frames: int, vae_temporal: int =
                        vae_spatial: int = 8, patch: tuple[int, int, int] = (1, 2, 2)) -> int:
     """The number of DiT tokens of a `frames x height x width` video (an int).
 
-    The VAE divides space by `vae_spatial` (s) and time by `vae_temporal`:
-      latent frames T = F                        when vae_temporal == 1,
-                      = (F - 1) // vae_temporal + 1  otherwise (a causal VAE encodes the
-                                                     first frame on its own).
-    The DiT then cuts the latent video [T, H/s, W/s] into patches of (p_t, p_h, p_w) cells; each
-    patch is one token:
-      tokens = ceil(T / p_t) * (H // (s * p_h)) * (W // (s * p_w)).
-    Example: 720 x 1280, 120 frames, s = 8, patch (1, 2, 2) -> 120 * 45 * 80 = 432,000 tokens.
+    What the two stages do (the arithmetic is yours to work out; sections 1 and 2 of notebook 00
+    show both on a real clip):
+    - the VAE makes one latent cell of each `vae_spatial` x `vae_spatial` block of pixels. Along
+      time, with `vae_temporal` 1 every frame is a latent frame; a causal VAE (`vae_temporal` > 1)
+      encodes the first frame on its own, then each following group of `vae_temporal` frames as
+      one latent frame.
+    - the DiT groups `patch` = (p_t, p_h, p_w) latent cells into one token. Along time it pads
+      an incomplete last group of latent frames to a whole patch; height and width are multiples
+      of the pixels per token (the library refuses other sizes).
     """
     # BEGIN SOLUTION 00.1 | notebook 00, "Counting tokens"
     # | hint: two stages, as in sections 1 and 2 of the notebook and the docstring: the VAE's time

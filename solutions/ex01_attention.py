@@ -46,9 +46,13 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     lse [B, H, Lq]) where, with s = q k^T * scale (scale defaults to 1 / sqrt(D)),
         lse[b, h, i] = log(sum_j exp(s[b, h, i, j]))
         out[b, h, i] = sum_j exp(s[b, h, i, j] - lse[b, h, i]) * v[b, h, j].
-    Scores can reach 1e4 in magnitude, where exp overflows even in float64: subtract each row's
-    maximum m before exponentiating, and add it back to the log (lse = m + log(sum exp(s - m))).
-    Do not call torch.logsumexp or torch.softmax: writing the max trick yourself is the point.
+    Two things the formulas above do not survive, and you decide how to handle them:
+    - scores can reach 1e4 in magnitude, where exp overflows even in float64 (section 6 shows
+      why and how far each dtype goes); the result must still be exact to float32 rounding, and
+      torch.logsumexp / torch.softmax are off limits (the graded test switches them off);
+    - a rank of a ring may hold no keys at all (Lk = 0, notebook 04). Return what makes this
+      empty result vanish when `cpcourse.attention.merge_attention` merges it with any other
+      result over the same queries (no NaN, no inf in out).
     Compute in float32 (or float64 for float64 inputs); return out in q's dtype, lse in float32
     (float64 for float64 inputs).
     """
@@ -61,9 +65,14 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     # | but with m = 1000 the shifted terms are [1, exp(-2)] = [1, 0.1353], sum 1.1353; weights
     # | [0.8808, 0.1192]; out = 0.8808 * 1 + 0.1192 * 3 = 1.2384; lse = 1000 + log(1.1353) =
     # | 1000.1269.
+    # | An empty block (Lk = 0) holds no weight at all: its lse is log(0).
     # | hint3: m = s.amax(-1, keepdim=True); p = exp(s - m); l = p.sum(-1, keepdim=True); out = (p @
-    # | v) / l; lse = (m + log(l)).squeeze(-1); out in q's dtype.
+    # | v) / l; lse = (m + log(l)).squeeze(-1); out in q's dtype. Lk = 0: out zeros, lse -inf.
     acc = torch.promote_types(q.dtype, torch.float32)
+    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
+    if k.shape[-2] == 0:  # no key: weight 0, so lse = log 0 and out is 0 (merging adds nothing)
+        return (q.new_zeros(*q.shape[:-1], v.shape[-1]),
+                torch.full(q.shape[:-1], float("-inf"), dtype=lse_dtype))
     scale = q.shape[-1] ** -0.5 if scale is None else scale
     scores = (q.to(acc) @ k.to(acc).transpose(-2, -1)) * scale
     row_max = scores.amax(dim=-1, keepdim=True)
@@ -71,7 +80,6 @@ def attention_and_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     row_sum = p.sum(dim=-1, keepdim=True)
     out = (p @ v.to(acc)) / row_sum
     lse = (row_max + torch.log(row_sum)).squeeze(-1)
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
     return out.to(q.dtype), lse.to(lse_dtype)
     # END SOLUTION
 

@@ -59,12 +59,12 @@ def blockwise_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, block
 
     q: [B, H, Lq, D], k: [B, H, Lk, D], v: [B, H, Lk, Dv] -> (out [B, H, Lq, Dv] in q's dtype,
     lse [B, H, Lq] float32, float64 for float64 inputs); scale defaults to 1 / sqrt(D).
-    Per query row keep, in float32 (float64 for float64 inputs): the running max m, the running
-    sum l = sum exp(s - m) and the running acc = sum exp(s - m) * v over the keys seen so far.
-    For each block: scores s = q @ k_blk^T * scale; m_new = max(m, rowmax(s)); rescale l and acc
-    by exp(m - m_new); add this block's exp(s - m_new) terms. At the end out = acc / l and
-    lse = m + log(l). Never build the full [Lq, Lk] score matrix (a test measures memory).
-    Lk = 0 (no keys) returns out = 0 and lse = -inf.
+    Keys arrive a block at a time, as over a ring: keep per query row, in float32 (float64 for
+    float64 inputs), 02.1's running max and sum and the unnormalised output acc = sum_j
+    exp(s_j - m) v_j over the keys seen so far. How acc follows a moving max, and what out and
+    lse are at the end, is yours to derive (notebook 02, section 3). Never build the full
+    [Lq, Lk] score matrix (a test measures memory). With no keys (Lk = 0), return what merges as
+    nothing (exercise 01.2).
     """
     # BEGIN SOLUTION 02.2 | notebook 02, "Blockwise attention"
     # | hint: section 3 adds a third running quantity to the online softmax of 02.1: the

@@ -21,9 +21,11 @@ from cpcourse.support.shards import shard_sizes
 def shard_frames(video: torch.Tensor, rank: int, world: int) -> tuple[torch.Tensor, int]:
     """Rank `rank`'s frames of a whole video and the global index of its first frame.
 
-    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int), with
-    T_r = T // world + (1 if rank < T % world else 0) and frame_offset = the frames held by
-    ranks 0 .. rank-1. Example: T = 7, world = 3 -> ranks hold 3, 2, 2 frames from 0, 3, 5.
+    video `[B, H, T, S, D]` -> (local `[B, H, T_r, S, D]` contiguous, frame_offset int): the
+    frames `torch.tensor_split(range(T), world)[rank]` names, and the global index of the
+    first of them. Compute both in O(1) from T, rank and world (a rank of a real model knows
+    its rank, not the other ranks' shards), and mind a rank with no frame: its offset is still
+    where its (empty) run sits.
     """
     # BEGIN SOLUTION 06.1 | notebook 06, "The layout, and the split along time"
     # | hint: the layout section: a rank's frames follow the tensor_split rule (the first few ranks
@@ -116,9 +118,10 @@ def time_to_space(x: torch.Tensor, frames: int, group=None) -> torch.Tensor:
 def full_attention_ring(q, k, v, group=None) -> torch.Tensor:
     """Full 3D attention of a T-sharded video with the ring: `[B, H, T_r, S, D]` in and out.
 
-    In (t, h, w) order the local frames are one contiguous run of the flattened sequence, so
-    flatten them to `[B, H, T_r*S, D]`, call `cpcourse.ring.ring_attention` (local shards in,
-    local output out) and reshape back.
+    Equal, on every rank, to its frames of one process's attention over all T*S tokens. The
+    library's `cpcourse.ring.ring_attention` takes sequence shards `[B, H, L_r, D]` in
+    tensor_split order: decide whether a rank's frames are such a shard (frames split by
+    frames, not tokens, so L_r is not the token split's) and what the ring needs to see.
     """
     # BEGIN SOLUTION 06.4 | notebook 06, "Full 3D attention on a video"
     # | hint: section 5: in (t, s) order a rank's frames are one contiguous run of the flattened
@@ -153,9 +156,9 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
 
     q, k, v `[B, H, T_r, S, D]` (this rank's frames); text_q/k/v `[B, H, N, D]`, the same on
     every rank. Returns (video out `[B, H, T_r, S, D]`, text out `[B, H, N, D]`) equal to one
-    process attending over all T*S + N tokens. Each text key must enter every softmax exactly
-    once: `joint_attention_cp_buggy` puts it into every rank's ring block, so the ring shows it
-    P times (sglang#33327: silent, plausible-looking corruption).
+    process attending over all T*S + N tokens, on every rank (each rank's text rows are the
+    whole text's). Each text key must enter every softmax exactly once, whatever P: where the
+    text keys and values go is your design (notebook 06, section 6 compares the choices).
     """
     # BEGIN SOLUTION 06.5 | notebook 06, "Bug hunt: the replicated text tokens"
     # | hint: section 6: the ring shows every rank's K/V block to every rank, so whatever sits in
@@ -168,7 +171,8 @@ def joint_attention_cp(q, k, v, text_q, text_k, text_v, group=None):
     # | rank gets the same full text rows.
     # | hint3: keep text_q on every rank, but append text K/V to ONE rank's block only: n_text = N
     # | on the last rank, 0 elsewhere; K = cat(flat(k), text_k[:, :, :n_text]), same for V;
-    # | ring_attention; split the output at T_r * S into video and text rows.
+    # | ring_attention; split the output at T_r * S into video and text rows. (xDiT's "rear"
+    # | keeps the text out of the ring and merges a local text attention by lse instead.)
     rank, world = require_group(group, "joint_attention_cp")
     b, h, t, s, d = q.shape
     n_text = text_k.shape[2] if rank == world - 1 else 0

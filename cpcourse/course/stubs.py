@@ -11,7 +11,8 @@ A reference answer lives once in `solutions/exNN_topic.py`. The part a learner w
 Fields are separated by `|`: the exercise id, where to read (a quoted part is the exercise's
 title), then the hint levels: `hint: ...` (the idea, which the stub's message shows),
 `hint2: ...` (a worked small case), `hint3: ...` (the key line); `cpcourse.hint(id)` reveals
-them one at a time. Comment lines right after BEGIN that start with `# |` continue the
+them one at a time. A field `optional` marks an exercise a passing grade does not need (one
+that needs a GPU or Triton). Comment lines right after BEGIN that start with `# |` continue the
 header (for hints longer than a line). `make_stub` replaces each marked region by a
 `raise NotImplementedError("Exercise 00.1 <function>: read <where>. Hint: <hint>")` at the same
 indentation; everything else (imports, signature, the docstring that is the spec) is shared.
@@ -48,6 +49,7 @@ class Exercise:
     hint: str        # level 1: the idea (what the stub's message says)
     line: int        # the BEGIN line in the solution file (1-based)
     hints: tuple[str, ...] = ()  # every level: idea, a worked small case, the key line
+    optional: bool = False       # an `| optional` field: not needed for a passing grade
 
     @property
     def title(self) -> str:
@@ -65,9 +67,10 @@ def sort_key(exercise_id: str) -> tuple[int, ...]:
     return tuple(int(p) for p in exercise_id.split("."))
 
 
-def _parse_header(header: str, where_am_i: str) -> tuple[str, str, tuple[str, ...]]:
+def _parse_header(header: str, where_am_i: str) -> tuple[str, str, tuple[str, ...], bool]:
     fields = [f.strip() for f in header.split("|")]
-    ex_id, rest = fields[0], fields[1:]
+    optional = any(f.lower() == "optional" for f in fields[1:])
+    ex_id, rest = fields[0], [f for f in fields[1:] if f.lower() != "optional"]
     if not EXERCISE_ID.match(ex_id):
         raise InputError(f"{where_am_i}: exercise id must look like 01.2, got {ex_id!r}")
     where, parts = "", []
@@ -91,7 +94,7 @@ def _parse_header(header: str, where_am_i: str) -> tuple[str, str, tuple[str, ..
     if sorted(hints) != list(range(1, len(hints) + 1)):
         raise InputError(f"{where_am_i}: hint levels must run hint:, hint2:, hint3: ... without "
                          f"gaps, got levels {sorted(hints)}")
-    return ex_id, where, tuple(hints[k] for k in sorted(hints))
+    return ex_id, where, tuple(hints[k] for k in sorted(hints)), optional
 
 
 def _enclosing_functions(tree: ast.AST) -> list[tuple[int, int, str]]:
@@ -134,7 +137,7 @@ def parse_solution(source: str, path: str | Path) -> tuple[list[Exercise], list[
         while j < len(lines) and CONTINUE.match(lines[j]):
             header += " |" + CONTINUE.match(lines[j]).group("more")
             j += 1
-        ex_id, where, hints = _parse_header(header, f"{path}:{i + 1}")
+        ex_id, where, hints, optional = _parse_header(header, f"{path}:{i + 1}")
         end = next((k for k in range(j, len(lines))
                     if END.match(lines[k]) or BEGIN.match(lines[k])), None)
         if end is None or BEGIN.match(lines[end]):
@@ -149,7 +152,7 @@ def parse_solution(source: str, path: str | Path) -> tuple[list[Exercise], list[
         if not inside:
             raise InputError(f"{path}:{i + 1}: put the markers of {ex_id} inside a function body")
         ex = Exercise(ex_id, path.stem, inside[-1], where, hints[0] if hints else "", i + 1,
-                      hints)
+                      hints, optional)
         regions.append((ex, i, end, m.group("indent")))
         i = end + 1
     exercises = [r[0] for r in regions]

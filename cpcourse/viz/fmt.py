@@ -146,3 +146,59 @@ def verdict(guess, actual: float, what: str, show=str) -> str:
     how = ("spot on" if off < 1.1 else "close" if off < 1.5 else
            f"off by {ratio(off)}, too {'high' if guess > actual else 'low'}")
     return f"You guessed {show(guess)}; {what} is **{show(actual)}**: {how}."
+
+
+# The class of a fold `reveal` writes; the website opens it where the page already folds the
+# whole cell (book/cpcourse_site.py), so a reader clicks once.
+REVEAL_CLASS = "cpc-reveal"
+
+
+def _figure_html(fig) -> str:
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", bbox_inches="tight")
+    return (f'<img src="data:image/png;base64,{base64.b64encode(buf.getvalue()).decode()}" '
+            'style="max-width:100%">')
+
+
+def reveal(*parts, summary: str = "Show the answers") -> None:
+    """Answers a learner should think about first, folded until asked: in a notebook, one
+    closed `<details>` fold whose summary is `summary`; elsewhere plain text under a line.
+
+    Each part is Markdown (a str), a table (a list of row dicts, or `(rows, columns)`, as
+    `show_table`) or a matplotlib Figure. Use it for worked answers ("Show the answers") and
+    for what a "**Predict first.**" prompt asks about ("Show the result").
+    """
+    try:
+        from IPython import get_ipython
+        from IPython.display import Markdown, display
+    except ImportError:  # pragma: no cover - IPython ships with the course
+        get_ipython = None
+    if get_ipython is None or get_ipython() is None:
+        print(f"--- {summary} (folded in a notebook) ---")
+        for part in parts:
+            if isinstance(part, str):
+                print(part)
+            elif isinstance(part, list):
+                for r in part:
+                    print(" | ".join(str(v) for k, v in r.items() if not k.startswith("_")))
+            elif isinstance(part, tuple):
+                for r in part[0]:
+                    print(" | ".join(str(r.get(c, "")) for c in part[1]))
+        return
+    body = []
+    for part in parts:
+        if isinstance(part, str):
+            body.append(part)
+        elif isinstance(part, list):
+            cols = [c for c in (part[0] if part else {}) if not c.startswith("_")]
+            body.append(html_table(part, cols))
+        elif isinstance(part, tuple):  # (rows, columns)
+            body.append(html_table(*part))
+        else:
+            body.append(_figure_html(part))
+    # blank lines around each part: Markdown inside an HTML block is read as Markdown
+    display(Markdown(f'<details class="{REVEAL_CLASS}"><summary><b>{html.escape(summary)}</b>'
+                     "</summary>\n\n" + "\n\n".join(body) + "\n\n</details>"))

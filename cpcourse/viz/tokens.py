@@ -20,12 +20,14 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
 
 from cpcourse.planner.costs import memory, planned_shard_sizes
+from cpcourse.planner.facts import facts
 from cpcourse.planner.hardware import get_gpu, gpus
 from cpcourse.planner.tokens import (
     FrameRule,
     ModelPreset,
     frames_for_clip,
     get_model,
+    hunyuan_split_axis,
     model_tokens,
     presets,
     video_tokens,
@@ -100,8 +102,9 @@ def gpu_memory(m: ModelPreset, tokens: int, cp: int, *, dtype: str = "bf16",
     }
 
 
-def short_parallel(text: str) -> str:
-    """The official multi-GPU recipe in a few words, read from the facts sheet's description."""
+def short_parallel(text: str, axis: str | None = None) -> str:
+    """The official multi-GPU recipe in a few words, read from the facts sheet's description;
+    `axis` when computed from the model's own rule (a keyword would name its first branch)."""
     t = text.lower()
     if t.startswith("none") or "none in official" in t:
         return "none (single GPU)"
@@ -113,12 +116,28 @@ def short_parallel(text: str) -> str:
         algo = "Ulysses all-to-all"
     else:
         algo = "TP only"
-    axis = next((a for key, a in (("split along t", "time"), ("t-split", "time"),
-                                  ("temporal axis", "time"), ("height", "height"),
-                                  ("spatial axis", "space")) if key in t), None)
+    axis = axis or next((a for key, a in (("split along t", "time"), ("t-split", "time"),
+                                          ("temporal axis", "time"),
+                                          ("spatial axis", "space")) if key in t), None)
     extras = [x for key, x in (("fsdp", "FSDP"), ("cfg", "CFG-parallel"), ("tensor_par", "TP"))
               if key in t]
     return algo + (f", split over {axis}" if axis else "") + "".join(f" + {x}" for x in extras)
+
+
+def _split_axis(m, world: int) -> str | None:
+    """The axis HunyuanVideo's rule (`hunyuan_split_axis`) splits at its default size."""
+    if not m.split_rule or "height or else width" not in m.split_rule[0]:
+        return None
+    axis = hunyuan_split_axis(m.default_height, m.default_width, world)
+    return f"{axis} at {world} GPUs" if axis else "refused at this size"
+
+
+def _default_video(m) -> str:
+    """A preset's default video, with the facts sheet's `default_note` where it has one."""
+    fps = f" @ {m.default_fps:g} fps" if m.default_fps else ""
+    note = next((f.get("default_note") for f in facts()["models"] if f["id"] == m.id), None)
+    return (f"{m.default_height}x{m.default_width}, {m.default_frames} f{fps}"
+            + (f" ({note})" if note else ""))
 
 
 def model_rows(dtype: str = "bf16") -> list[dict]:
@@ -128,10 +147,9 @@ def model_rows(dtype: str = "bf16") -> list[dict]:
     for m in presets().values():
         t = model_tokens(m.id)
         n = t.sequence_length
-        fps = f" @ {m.default_fps:g} fps" if m.default_fps else ""
         rows.append({
             "model": m.name, "id": m.id,
-            "default video": f"{m.default_height}x{m.default_width}, {m.default_frames} f{fps}",
+            "default video": _default_video(m),
             "latent grid": f"{t.latent_frames}x{t.latent_height}x{t.latent_width}",
             "video tokens": fmt.count(t.video_tokens),
             "sequence": fmt.count(n) + (" (+text)" if m.text_joint else ""),
@@ -139,7 +157,8 @@ def model_rows(dtype: str = "bf16") -> list[dict]:
             "Q/K/V / layer": fmt.gb(3 * n * m.hidden * b),
             "forwards / step": m.cfg_forwards,
             "attention": "factored" if m.factored else "full 3D",
-            "official multi-GPU": short_parallel(m.parallel), "parallel_full": m.parallel,
+            "official multi-GPU": short_parallel(m.parallel, _split_axis(m, 8)),
+            "parallel_full": m.parallel,
             "_tokens": n,
         })
     return rows

@@ -18,8 +18,8 @@ import torch
 from cpcourse.course.testing import assert_close
 from cpcourse.planner.tokens import model_tokens, video_tokens
 
-HINT = ("latent frames T = F, or (F-1)//vae_temporal + 1 when vae_temporal > 1; "
-        "tokens = ceil(T/p_t) * (H // (s*p_h)) * (W // (s*p_w))")
+HINT = ("count latent frames first (what does a causal VAE do with the first frame?), then "
+        "patches along each axis: which one is padded, so rounds up?")
 
 
 def _check(mod, height, width, frames, vae_temporal=1, vae_spatial=8, patch=(1, 2, 2)):

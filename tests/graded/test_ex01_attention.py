@@ -114,6 +114,31 @@ def test_logits_of_1e4_do_not_overflow(impl, monkeypatch):
 
 
 @pytest.mark.ex("01.2")
+@pytest.mark.parametrize("lq", [1, 7])
+def test_a_block_with_no_keys_vanishes_in_a_merge(impl, lq):
+    """A ring rank with an empty shard: its result must leave any merge unchanged."""
+    from cpcourse.attention import merge_attention
+
+    mod = impl("ex01_attention")
+    q, k, v = qkv(2, 3, lq, 13, 16, seed=lq)
+    out_e, lse_e = mod.attention_and_lse(q, k[:, :, :0], v[:, :, :0])
+    assert out_e.shape == (2, 3, lq, 16) and lse_e.shape == (2, 3, lq), (
+        f"with no keys, out should be [B, H, Lq, Dv] = (2, 3, {lq}, 16) and lse [B, H, Lq]; got "
+        f"{tuple(out_e.shape)} and {tuple(lse_e.shape)}")
+    assert torch.isfinite(out_e).all(), "out over no keys holds NaN or inf: a merge spreads it"
+    want, empty = ref(q, k, v), (out_e.double(), lse_e.double())
+    for order in ("empty first", "empty last"):
+        parts = (empty, want) if order == "empty first" else (want, empty)
+        out, lse = merge_attention(*parts[0], *parts[1])
+        assert_close(lse.double(), want[1].double(), atol=1e-6, rtol=1e-6, dims=LSE_DIMS,
+                     name=f"lse after merging the empty block ({order})",
+                     hint="the empty block has no weight: what log-sum-exp has a sum of 0?")
+        assert_close(out.double(), want[0].double(), atol=1e-6, rtol=1e-6, dims=DIMS,
+                     name=f"out after merging the empty block ({order})",
+                     hint="the empty block has no weight: what log-sum-exp has a sum of 0?")
+
+
+@pytest.mark.ex("01.2")
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64], ids=str)
 def test_low_precision_inputs_keep_float32_lse(impl, dtype):
     mod = impl("ex01_attention")

@@ -32,6 +32,12 @@ MAP = """# Map
 """
 
 
+def _reveal(text: str) -> list:
+    """What `cpcourse.viz.fmt.reveal` displays: a closed fold of Markdown."""
+    md = f'<details class="cpc-reveal"><summary>Show</summary>\n\n{text}\n\n</details>'
+    return [nbformat.v4.new_output("display_data", data={"text/markdown": md})]
+
+
 def _notebook() -> nbformat.NotebookNode:
     out = [nbformat.v4.new_output("stream", name="stdout", text="42\n")]
     cells = [nbformat.v4.new_markdown_cell("# A notebook\n\n**Predict first.** How many?"),
@@ -40,8 +46,10 @@ def _notebook() -> nbformat.NotebookNode:
              nbformat.v4.new_code_cell("print(42)", outputs=out),  # shown: one fold per prediction
              nbformat.v4.new_markdown_cell("## Worked questions\n\n**Q1.** Why?"),
              nbformat.v4.new_code_cell("print('A1. Because.')", outputs=out),
+             nbformat.v4.new_code_cell("reveal('A2.')", outputs=_reveal("**A2.** Since.")),
              nbformat.v4.new_markdown_cell("## After"),
-             nbformat.v4.new_code_cell("print(1)", outputs=out)]
+             nbformat.v4.new_code_cell("print(1)", outputs=out),
+             nbformat.v4.new_code_cell("reveal('A3.')", outputs=_reveal("**A3.** Still."))]
     return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": {
         "name": "python3", "display_name": "Python 3", "language": "python"}})
 
@@ -59,8 +67,11 @@ def test_answers_fold_and_the_site_has_its_touches(tmp_path):
     page = (tmp_path / "html" / "nb.html").read_text()
     folds = re.findall(r'<details class="admonition hide ([^"]*)">\s*<summary[^>]*>\s*'
                        r'<p class="collapsed admonition-title">([^<]*)</p>', page)
-    assert folds == [("below-input", "Show the result (predict first)"),
-                     ("above-input", "Show the answers")], folds
+    answers = ("above-input", "Show the answers")
+    assert folds == [("below-input", "Show the result (predict first)"), answers, answers], folds
+    # the notebook's own fold opens inside the page's fold (one click), and stays closed outside
+    assert page.count('<details class="cpc-reveal" open>') == 1, page
+    assert page.count('<details class="cpc-reveal">') == 1
     assert "cpcourse.css" in page and "copybutton.js" in page
     index = (tmp_path / "html" / "index.html").read_text()
     assert re.search(r'<table class="[^"]*cpc-map', index)

@@ -348,3 +348,23 @@ def test_the_grade_table_names_each_exercise_once_and_what_to_do_next():
     assert max(len(t) for t in titles.values()) > 28  # titles are not cut
     done = [grading.ExerciseResult(ex, "solutions", "passed") for ex in exercises[:2]]
     assert next_line(done).startswith("every exercise passes")
+
+
+def test_an_optional_exercise_does_not_fail_the_grade(monkeypatch, capsys):
+    from cpcourse.course.grading import ExerciseResult
+    from cpcourse.course.stubs import Exercise
+
+    def ex(i, optional):
+        return Exercise(i, "ex98_fake", "f", "notebook 98", "", 1, (), optional)
+
+    def fake(status):
+        return lambda *a, **k: [ExerciseResult(ex("98.1", False), "solutions", "passed"),
+                                ExerciseResult(ex("98.2", True), "solutions", status)]
+
+    for status, code in (("skipped", 0), ("not implemented", 0)):
+        monkeypatch.setattr(grading, "grade", fake(status))
+        assert grading.main(["--impl", "solutions", "--json"]) == code, status
+        capsys.readouterr()
+    monkeypatch.setattr(grading, "grade", lambda *a, **k: [
+        ExerciseResult(ex("98.1", False), "solutions", "failed")])
+    assert grading.main(["--impl", "solutions", "--json"]) == 1

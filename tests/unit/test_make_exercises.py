@@ -187,3 +187,13 @@ def test_orphan_exercise_is_kept(course, capsys):
     orphan.write_text("x = 1\n")
     assert run(course) == 0 and orphan.exists()
     assert "no solutions/ex97_old.py any more" in capsys.readouterr().out
+
+
+def test_an_optional_field_marks_an_exercise_a_pass_does_not_need():
+    src = ('def f():\n    # BEGIN SOLUTION 98.7 | notebook 98, "GPU track" | optional | hint: go\n'
+           '    return 1\n    # END SOLUTION\n')
+    (ex,), _ = parse_solution(src, "solutions/ex98_fake.py")
+    assert ex.optional and ex.where == 'notebook 98, "GPU track"' and ex.hint == "go"
+    (plain,), _ = parse_solution(src.replace(" | optional", ""), "solutions/ex98_fake.py")
+    assert not plain.optional
+    assert [e.id for e in registry().values() if e.optional] == ["02.5"]  # the Triton kernel

@@ -101,7 +101,12 @@ def test_snap_and_short_parallel():
     short = {r["id"]: r["official multi-GPU"] for r in vt.model_rows()}
     assert short["cosmos-1.0-diffusion-7b"] == "ring, split over time"
     assert short["wan2.2-t2v-a14b"].startswith("Ulysses all-to-all")
-    assert short["hunyuanvideo-13b"] == "Ulysses x ring (USP), split over height"
+    # derived from its rule at 720p (45 rows of tokens: no P of 2, 4, 8 divides them), not read
+    # off the word "height" in the rule's text
+    assert short["hunyuanvideo-13b"] == "Ulysses x ring (USP), split over width at 8 GPUs"
+    assert vt.short_parallel("split along HEIGHT if ..., else WIDTH") == "TP only"
+    opensora = next(r for r in vt.model_rows() if r["id"] == "open-sora-1.2-stdit3")
+    assert "max trained" in opensora["default video"]
     assert short["ltx-video-2b"] == "none (single GPU)"
 
 
@@ -206,3 +211,23 @@ def test_verdict_sets_a_guess_beside_the_truth():
     assert "off by 4.0x, too low" in verdict(2, 8, "the CP degree")
     assert "too high" in verdict(80, 8, "x") and "close" in verdict(10, 8, "x")
     assert "**8**" in verdict(0, 8, "x")   # a zero guess is shown, not divided by
+
+
+def test_reveal_folds_answers_in_a_notebook_and_prints_them_elsewhere(monkeypatch, capsys):
+    import IPython
+    import IPython.display
+    from matplotlib.figure import Figure
+
+    fmt.reveal("**A1.** 42", ([{"a": 1, "b": 2}], ["a"]), summary="Show the answers")
+    out = capsys.readouterr().out
+    assert out.startswith("--- Show the answers (folded in a notebook) ---") and "**A1.** 42" in out
+    shown = []
+    monkeypatch.setattr(IPython, "get_ipython", lambda: object())
+    monkeypatch.setattr(IPython.display, "display", shown.append)
+    fig = Figure()
+    fig.add_subplot().plot([0, 1])
+    fmt.reveal("**A1.** 42", [{"a": 1, "_hidden": 3}], fig, summary="Show the result")
+    md = shown[0].data
+    assert md.startswith(f'<details class="{fmt.REVEAL_CLASS}"><summary><b>Show the result')
+    assert md.rstrip().endswith("</details>") and "\n\n**A1.** 42\n\n" in md  # Markdown inside
+    assert "<table" in md and "_hidden" not in md and "data:image/png;base64," in md
