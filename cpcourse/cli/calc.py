@@ -292,7 +292,9 @@ def _plan_cmd(args):
             f"{plan.Layout(**d['layout'])}, {_gb(d['per_gpu_bytes'])} per GPU "
             f"({'fits' if d['fits'] else 'does NOT fit'}), {d['seconds_per_step']:.2f} s per "
             f"step, {d['seconds_total']:.0f} s for {d['steps']} steps and the fixed costs "
-            "(model)\n" + "\n".join(f"  - {r}" for r in d["reasoning"]))
+            f"(model; {d['seconds_total_interval'][0]:.0f}-{d['seconds_total_interval'][1]:.0f} s "
+            "with every uncertain input at either end)\n"
+            + "\n".join(f"  - {r}" for r in d["reasoning"]))
     for r in d.get("runners_up", []):
         text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
                  f"({r['why_not']})")

@@ -54,10 +54,20 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from cpcourse.planner import uncertainty
+from cpcourse.planner.collectives import collective_seconds
 from cpcourse.planner.costs import tiling_bytes_per_rank
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
-from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
+from cpcourse.planner.hardware import (
+    collective_alpha,
+    copy_efficiency,
+    get_gpu,
+    get_link,
+    kernel_efficiency,
+    link_for,
+    split_ratio,
+)
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
@@ -125,7 +135,7 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     eff, eff_source = kernel_efficiency(gpu.id, kernel)
     defaults = facts()["calculator_defaults"]
     matmul = gpu.bf16_tflops * 1e12 * float(defaults["matmul_efficiency"])
-    attn_rate = gpu.bf16_tflops * 1e12 * (eff or 0.0)
+    attn_rate = uncertainty.rate("kernel_share", gpu.bf16_tflops * 1e12 * (eff or 0.0))
     r, t = layout.ring, layout.tp
     n_seq, n_text = tok.sequence_length, tok.text_tokens
     cross = _cross_attention(model, tok)
@@ -142,9 +152,14 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     hbm = gpu.hbm_tbps * 1e12
     folds = layout.grid[1] - 1 if layout.grid else r - 1  # a grid's owner merges C partials
     merge_s = layers * folds * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
+    # attention cut into folds + 1 blocks costs more than fused (short kernels, a merge each):
+    # the H200's measured overhead, unless the merge's bytes alone cost more (fast edge: bytes)
+    split = split_ratio(folds + 1)[0] if folds else 1.0
+    if uncertainty.current() != "fast":
+        merge_s = max(merge_s, (split - 1.0) * attn_s)
     # norms, modulations, rotary, activations: memory-bound, at a copy's share of HBM (TP splits
     # some of these tensors and not others: not divided, an upper bound under TP)
-    elem_s = elem_bytes / (hbm * copy_efficiency()[0])
+    elem_s = elem_bytes / uncertainty.rate("elementwise", hbm * copy_efficiency()[0])
     return Compute(linear=linear_s, attention=attn_s, ring_merge=merge_s, elementwise=elem_s,
                    matmul_rate=matmul, attention_rate=attn_rate, kernel_efficiency=eff,
                    kernel_source=eff_source, derived=bool(derived))
@@ -155,7 +170,7 @@ class Communication:
     """Seconds one forward waits on its links (the docstring's ulysses, ring, tp and fsdp), the
     CFG exchange once per step, and the link each group crosses (None where it does not send)."""
 
-    ulysses: float
+    ulysses: float  # all-to-alls, bytes and latency (alpha), exposed
     ring_exposed: float
     tp_allreduce: float
     fsdp_exposed: float
@@ -163,15 +178,36 @@ class Communication:
     links: dict
     tp_all_reduces_per_forward: int
     attn2d: float = 0.0  # the grid's gathers and all-to-all, exposed (a ring layout: 0)
+    latency: float = 0.0  # of the terms above, what the collectives' alphas add per forward
 
     def as_dict(self) -> dict:
         return asdict(self)
 
 
+def _bandwidth(link) -> float:
+    """Bytes/s a link carries at the current edge (`cpcourse.planner.uncertainty`): its
+    effective rate, scaled; a PCIe box priced without P2P may have it on (its fast end)."""
+    if link.id == "pcie4-host" and uncertainty.current() == "fast":
+        return get_link("pcie4").effective_gbps * 1e9
+    return uncertainty.rate("link", link.effective_gbps * 1e9)
+
+
+def _alpha(kind: str, world: int) -> float:
+    """Seconds of latency one `kind` collective over `world` ranks pays: NCCL's floor per
+    message in sequence (`cpcourse.planner.collectives.latency_rounds`); fast edge, the floor
+    once (NCCL groups the sends); slow edge, a collective through torch.distributed if more."""
+    floor, torch_call, _ = collective_alpha()
+    per = collective_seconds(kind, 0.0, world, alpha=floor, gbps=1.0)["latency_s"]
+    if world <= 1:
+        return 0.0
+    return uncertainty.pick(per, floor, max(per, torch_call))
+
+
 def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: Compute,
                  fsdp: bool) -> Communication:
-    """The communication terms, each on the link it crosses; the ring's hops and FSDP's gathers
-    hide behind `compute` (see the module docstring)."""
+    """The communication terms, each on the link it crosses, bytes over bandwidth plus each
+    collective's latency (`_alpha`); the ring's hops and FSDP's gathers hide behind `compute`
+    only as far as they are shorter (see the module docstring)."""
     c, r, u, t, world = layout.cfg, layout.ring, layout.ulysses, layout.tp, layout.world
     n = _tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
@@ -179,27 +215,34 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     ring_link = link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
     tp_link = link_for(t, gpus_per_node, gpu)
     world_link = link_for(world, gpus_per_node, gpu)
-    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
-    ring_s = attn2d_s = 0.0
+    lat_a2a = layers * 4 * _alpha("all_to_all", u)
+    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / _bandwidth(uly_link) + lat_a2a
+    ring_s = attn2d_s = lat_ring = 0.0
     if layout.grid:
+        rows, cols = layout.grid
         moved = tiling_bytes_per_rank("attn2d", tok.sequence_length, model.heads // (u * t),
                                       h // model.heads, r, layout.grid, BYTES)
-        attn2d_s = layers * moved / (ring_link.effective_gbps * 1e9)
+        # Q gathered along the row, K and V along the column, the partials home along the row
+        lat_ring = layers * (2 * _alpha("all_gather", cols) + 2 * _alpha("all_gather", rows))
+        attn2d_s = layers * moved / _bandwidth(ring_link) + lat_ring
     elif r > 1:
-        hop = 2 * n * h / t * BYTES / (ring_link.effective_gbps * 1e9)
+        hop = 2 * n * h / t * BYTES / _bandwidth(ring_link) + _alpha("send_recv", 2)
         block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
                  else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
+        lat_ring = min(ring_s, layers * (r - 1) * _alpha("send_recv", 2))
     reduces = model.tp_all_reduces_per_forward
-    tp_s = reduces * tp_allreduce_bytes(n, h, t) / (tp_link.effective_gbps * 1e9)
+    lat_tp = reduces * _alpha("all_reduce", t)
+    tp_s = reduces * tp_allreduce_bytes(n, h, t) / _bandwidth(tp_link) + lat_tp
     fsdp_s = 0.0
     if fsdp and world > 1:
         gather = (model.block_params / layers * BYTES * (world - 1) / world
-                  / (world_link.effective_gbps * 1e9))
+                  / _bandwidth(world_link) + _alpha("all_gather", world))
         layer_compute = (compute.linear + compute.attention) / layers
         fsdp_s = layers * max(0.0, gather - layer_compute)
     latent = tok.latent_frames * tok.latent_height * tok.latent_width * model.latent_channels
-    cfg_s = latent * BYTES / (world_link.effective_gbps * 1e9) if c == 2 else 0.0
+    cfg_s = (latent * BYTES / _bandwidth(world_link) + _alpha("all_gather", 2)) if c == 2 \
+        else 0.0
     links = {"ulysses": uly_link.id if u > 1 else None,
              "ring": ring_link.id if r > 1 and not layout.grid else None,
              "tp": tp_link.id if t > 1 else None, "cfg": world_link.id if c == 2 else None,
@@ -208,7 +251,8 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
         links["attn2d"] = ring_link.id
     return Communication(ulysses=uly_s, ring_exposed=ring_s, tp_allreduce=tp_s,
                          fsdp_exposed=fsdp_s, cfg_exchange=cfg_s, links=links,
-                         tp_all_reduces_per_forward=reduces if t > 1 else 0, attn2d=attn2d_s)
+                         tp_all_reduces_per_forward=reduces if t > 1 else 0, attn2d=attn2d_s,
+                         latency=lat_a2a + lat_ring + lat_tp)
 
 
 @dataclass(frozen=True)

@@ -111,12 +111,26 @@ def gpus() -> dict[str, GPU]:
     return out
 
 
+def same_die_run(gpu_id: str) -> dict | None:
+    """The `cpcourse bench gpu` run that stands for this GPU: one on it, else one on a GPU of
+    the same architecture and the same bf16 peak (the same die at the same clocks: the H100
+    SXM, H800 and H200 are one GH100 at 989 TFLOP/s; the H20's die is cut to 148 and is not
+    one of them), or None. A share of peak is the die's and the software's, not the memory's."""
+    g, runs = get_gpu(gpu_id), gpu_measured()
+    if g.id in runs:
+        return runs[g.id]
+    return next((run for gid, run in runs.items() if get_gpu(gid).arch == g.arch
+                 and get_gpu(gid).bf16_tflops == g.bf16_tflops), None)
+
+
 def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     """(share of bf16 peak, source) of `kernel` as `cpcourse bench gpu` measured it on this GPU
-    at Wan 14B's 720p sequence (40 heads of 128, 75,600 tokens), or None. "fa2" is SDPA's flash
-    kernel (FlashAttention-2); "sdpa" is whichever kernel SDPA chose there for an unmasked
-    attention (cuDNN's on an H200 with torch 2.11). FA3 itself was not installed: not measured."""
-    run = gpu_measured().get(get_gpu(gpu_id).id)
+    or one of the same die (`same_die_run`) at Wan 14B's 720p sequence (40 heads of 128,
+    75,600 tokens), or None. "fa2" is SDPA's flash kernel (FlashAttention-2); "sdpa" is
+    whichever kernel SDPA chose there for an unmasked attention (cuDNN's on an H200 with torch
+    2.11: so SDPA on an H100 with the same torch is cuDNN's rate too, one rate per die and
+    software). FA3 itself was not installed: not measured."""
+    run = same_die_run(gpu_id)
     if run is None or kernel not in ("fa2", "sdpa"):
         return None
     backend = "sdpa-flash" if kernel == "fa2" else next(
@@ -127,7 +141,9 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     if row is None:
         return None
     p = run["provenance"]
-    return row["share_of_peak"], (f"measured: {backend} at {row['tokens']:,} tokens, "
+    on = "" if p.get("gpu_id") == get_gpu(gpu_id).id else (
+        f" on the same die as the {get_gpu(gpu_id).name}")
+    return row["share_of_peak"], (f"measured{on}: {backend} at {row['tokens']:,} tokens, "
                                   f"{row['heads']} heads of {row['head_dim']}, on one {p['gpu']} "
                                   f"(torch {p['torch']}, {p['date'][:10]}; "
                                   "cpcourse/data/gpu_measured_h200.json)")
@@ -136,7 +152,8 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
 def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
     """(share of bf16 peak, source) that attention kernel `kernel` reaches on the GPU.
 
-    This course's own measurement on that GPU if there is one (`measured_kernel_share`), else a
+    This course's own measurement on that GPU or its die if there is one
+    (`measured_kernel_share`), else a
     published one on that GPU (the facts sheet's calculator_defaults.attention_kernels.by_gpu),
     else its architecture's value; None where the kernel does not run there (FA3 outside
     Hopper), with the reason as the source.
@@ -265,3 +282,38 @@ def copy_efficiency() -> tuple[float, str]:
     return share, (f"measured: a {copy['bytes'] / 1e9:.1f} GB device-to-device copy at "
                    f"{copy['tbps']:.2f} TB/s on one {run['provenance']['gpu']} "
                    "(cpcourse/data/gpu_measured_h200.json)")
+
+
+def split_ratio(blocks: int) -> tuple[float, str]:
+    """(time of attention cut into `blocks` key blocks and merged / time fused, source), as
+    `cpcourse bench gpu` measured it on one H200 (cuDNN, 75,600 tokens: 1.05x, 1.12x, 1.25x at
+    2, 4, 8 blocks); between and beyond the measured counts, linear in log2(blocks) (each
+    doubling adds what the last measured doubling added); 1 for one block. Small blocks pay
+    it: less work per kernel launch, the same fixed cost per block, one more merge."""
+    import math
+
+    if blocks <= 1:
+        return 1.0, "one block: nothing split"
+    rows = sorted((r["blocks"], r["ratio"]) for run in gpu_measured().values()
+                  for r in run.get("kernels", {}).get("split", []))
+    if not rows:
+        return 1.0, "no split measured"
+    pts = [(0.0, 1.0)] + [(math.log2(b), r) for b, r in rows]
+    x = math.log2(blocks)
+    (x0, y0), (x1, y1) = next(((a, b) for a, b in zip(pts, pts[1:], strict=False)
+                               if x <= b[0]), (pts[-2], pts[-1]))
+    ratio = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return ratio, ("measured on one H200 (gpu_measured_h200.json kernels.split: cuDNN at "
+                   "75,600 tokens, " + ", ".join(f"{r:.2f}x at {b}" for b, r in rows) + ")")
+
+
+def collective_alpha() -> tuple[float, float, str]:
+    """(NCCL's floor per message, one collective through torch.distributed, source), seconds:
+    the facts sheet's calculator_defaults.collective_latency. The floor is NCCL's own
+    small-message time inside a node without CUDA graphs (3.5 us on H800 NVLink); the second is
+    what one small all-reduce took called from Python on 8 H100s (197 us: launch, stream
+    synchronisation and the op's host path). No PCIe or InfiniBand figure is recorded: the
+    same floor stands for them, an under-estimate."""
+    ex = facts()["calculator_defaults"]["collective_latency"]["examples"]
+    lo, hi = ex["nccl_nvlink_floor"], ex["torch_distributed_8xh100"]
+    return float(lo["seconds"]), float(hi["seconds"]), f"{lo['source']}; {hi['source']}"

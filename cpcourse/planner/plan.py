@@ -21,6 +21,8 @@ from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_e
 from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
+from cpcourse.planner.uncertainty import interval
+from cpcourse.planner.uncertainty import sources as interval_sources
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import MAX_WORLD, Layout, layouts, with_attn2d
 
@@ -161,7 +163,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
         if lay.world != gpus:
             raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "
                              "degrees must multiply to the GPU count")
-        one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
+        one = _with_interval(cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how),
+                             args, lay, per_node, kernel, fsdp, steps, how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
                                                      *_grid_lines(m, tok, one),
                                                      _memory_line(one, g), *_once_lines(one)]
@@ -174,7 +177,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                          + "; ".join(sorted({c["reason"] for c in every})))
     pool = [c for c in valid if c["fits"]] or valid
     ranked = sorted(pool, key=lambda c: c["seconds_total"])
-    best = ranked[0]
+    best = _with_interval(ranked[0], args, Layout(**ranked[0]["layout"]), per_node, kernel,
+                          fsdp, steps, how)
     tie = [c for c in ranked[1:] if c["seconds_total"] <= best["seconds_total"] * (1 + TIE)]
     runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
                 "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
@@ -184,6 +188,20 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                 invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
                          if not c["valid"]],
                 alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
+
+
+def _with_interval(c: dict, args, lay: Layout, per_node: int, kernel: str, fsdp: bool,
+                   steps: int, how: dict) -> dict:
+    """`c` (a valid costed layout) with `seconds_total_interval`: [lo, hi] seconds with every
+    uncertain input at its fast and its slow end (`cpcourse.planner.uncertainty`), and
+    `interval_inputs`, each input's range and source."""
+    if not c["valid"]:
+        return c
+    lo, hi = interval(lambda: cost_layout(*args, lay, per_node, kernel, fsdp, steps,
+                                          **how)["seconds_total"])
+    return {**c, "seconds_total_interval": [min(lo, c["seconds_total"]),
+                                            max(hi, c["seconds_total"])],
+            "interval_inputs": interval_sources()}
 
 
 def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder) -> None:
