@@ -354,6 +354,7 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
         **once_keys(once, mem.phase_parts, mem.pipeline, layout.world,
                     steps * step_s + sum(fixed.values())),
         "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": comm.cfg_exchange,
+                      "comm_latency_seconds": comm.latency,
                       "fixed_seconds": fixed, "memory_bytes": mem.parts(),
                       "memory_phases": mem.phases, "memory_phase_parts": mem.phase_parts,
                       "memory_counted": mem.counted, "released_dtypes": mem.released_dtypes,

@@ -119,8 +119,9 @@ def validation_figure(v: dict, ncols: int = 4,
                       ) -> Figure:
     """One panel per table of `validate()`: published (black) and predicted (blue) seconds for
     one video against the GPU count, log-log, the prediction's interval shaded (every uncertain
-    input at either end: `cpcourse.planner.uncertainty`), with perfect scaling of the published one-GPU time
-    (grey) for scale, and each prediction's ratio to the published time written beside it.
+    input at either end: `cpcourse.planner.uncertainty`), with perfect scaling of the published
+    one-GPU time (grey) for scale,
+    and each prediction's ratio to the published time written beside it.
     `v` may also be `validate()["holdout"]` (the same keys)."""
     groups = tables(v)
     nrows = -(-len(groups) // ncols)
