@@ -20,7 +20,9 @@ the N tokens, the model's `hidden` split over T tp ranks:
                peak x the kernel's efficiency (FA2, FA3, SDPA by architecture)
     merge      the ring folds R - 1 blocks into its running output: 26 bytes moved per element
                of n x hidden / T per fold (an in-place merge, counted below), at memory
-               bandwidth
+               bandwidth, or, where more, the split cost the H200 measured for attention cut
+               into R blocks (1.05x, 1.12x, 1.25x at 2, 4, 8: `hardware.split_ratio`) less one,
+               times the attention: small blocks pay what they pay
     ulysses    4 all-to-alls per layer (q, k, v, out) of (U - 1) / U x n hidden / T x 2 bytes,
                exposed (xDiT and yunchang wait on them)
     ring       R - 1 hops of K/V, 2 x n hidden / T x 2 bytes each, overlapped with that block's
@@ -34,6 +36,10 @@ the N tokens, the model's `hidden` split over T tp ranks:
     fsdp       weights sharded over all GPUs (Wan's --dit_fsdp): each layer's weights gathered
                per forward, (W - 1) / W of them, overlapped with the layer's compute
     cfg        one all-gather of the predicted latents per step (CFG-parallel)
+Every collective also pays its latency, NCCL's floor (3.5 us) per message it sends in sequence
+(`cpcourse.planner.collectives.latency_rounds`: an all-to-all of U ranks U - 1, a ring all-reduce
+2 (T - 1), a hop 1); `Communication.latency` is their sum, and the interval's slow end prices one
+collective at what torch.distributed took (`cpcourse.planner.uncertainty`).
 Each group uses the link it crosses: consecutive ranks inside a node talk over the GPU's own
 intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node over InfiniBand.
 Fixed costs, once per video and on one GPU (`cpcourse.planner.fixed_costs`): the VAE decode, FLOPs
@@ -198,7 +204,7 @@ def _alpha(kind: str, world: int) -> float:
     once (NCCL groups the sends); slow edge, a collective through torch.distributed if more."""
     floor, torch_call, _ = collective_alpha()
     per = collective_seconds(kind, 0.0, world, alpha=floor, gbps=1.0)["latency_s"]
-    if world <= 1:
+    if world <= 1 or not uncertainty.latency_on():
         return 0.0
     return uncertainty.pick(per, floor, max(per, torch_call))
 

@@ -179,12 +179,13 @@ def default_kernel(gpu_id: str) -> str:
     runs; PyTorch's SDPA on a GPU where it does not.
 
     Why not FA3 on Hopper, the fastest kernel there (70% of an H100's peak against FA2's 35%)?
-    The published runs the planner is checked against were made with the released code, and
-    they agree with FA2: `cpcourse plan --validate` misses by a median 6% with FA2 on every
-    Hopper and by 21% with FA3 (every Hopper run then comes out 1.3-2.3x too fast). The
-    course's own H200 measurement puts FA2 at 36% of peak, the papers' 35%. FA3 stays one
-    `kernel=` away, and notebook 05 shows what it changes: twice the rate needs twice the
-    tokens per GPU to hide a ring hop.
+    The released code of the published runs requires flash-attn 2 (Wan's and HunyuanVideo's
+    requirements; xDiT's L20 runs name flash-attn 2.7.2). Said plainly: the choice was kept
+    while the validation errors were visible (with FA3 every Hopper run comes out 1.3-2.3x too
+    fast), so it is not independent of them; `cpcourse plan --validate` says so. The course's
+    own H200 measurement puts FA2 at 36% of peak, the paper's 35%. FA3 stays one `kernel=`
+    away, and notebook 05 shows what it changes: twice the rate needs twice the tokens per GPU
+    to hide a ring hop.
     """
     return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
 

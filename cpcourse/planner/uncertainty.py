@@ -53,6 +53,25 @@ RANGES = {
 }
 
 
+_LATENCY: ContextVar[bool] = ContextVar("planner_latency", default=True)
+
+
+@contextmanager
+def no_latency():
+    """Inside the block, collectives cost their bytes alone (alpha = 0): the model notebook 10's
+    exercises build by hand, before section 6 adds each collective's latency."""
+    token = _LATENCY.set(False)
+    try:
+        yield
+    finally:
+        _LATENCY.reset(token)
+
+
+def latency_on() -> bool:
+    """Whether collectives pay their latency here (False only inside `no_latency()`)."""
+    return _LATENCY.get()
+
+
 def current() -> str:
     """The edge the cost functions price at now: "mid" (the planner's number), "fast", "slow"."""
     return _EDGE.get()
