@@ -80,7 +80,7 @@ class Link:
 
 _ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
             "a800": "a800-80gb-sxm", "4090": "rtx4090"}
-KERNELS = ("fa2", "fa3", "sdpa")
+KERNELS = ("fa2", "fa3", "sdpa", "fa4", "cudnn")
 
 
 def _nvlink_id(g: dict) -> str | None:
@@ -129,11 +129,12 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     75,600 tokens), or None. "fa2" is SDPA's flash kernel (FlashAttention-2); "sdpa" is
     whichever kernel SDPA chose there for an unmasked attention (cuDNN's on an H200 with torch
     2.11: so SDPA on an H100 with the same torch is cuDNN's rate too, one rate per die and
-    software). FA3 itself was not installed: not measured."""
+    software); "cudnn" is SDPA's cuDNN backend. FA3 and FA4 were not installed: not
+    measured."""
     run = same_die_run(gpu_id)
-    if run is None or kernel not in ("fa2", "sdpa"):
+    if run is None or kernel not in ("fa2", "sdpa", "cudnn"):
         return None
-    backend = "sdpa-flash" if kernel == "fa2" else next(
+    backend = {"fa2": "sdpa-flash", "cudnn": "sdpa-cudnn"}.get(kernel) or next(
         (m["sdpa_backend"] for m in run.get("models", []) if m.get("arch") == "wan"), None)
     row = next((r for r in run.get("kernels", {}).get("rates", [])
                 if r["backend"] == backend and r["shape"] == "full" and "share_of_peak" in r),
@@ -188,6 +189,21 @@ def default_kernel(gpu_id: str) -> str:
     to hide a ring hop.
     """
     return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
+
+
+def generation_kernel(gpu_id: str) -> tuple[str, str]:
+    """(kernel, source): the attention kernel a current deployment on this GPU's generation
+    uses when a run does not name one (facts sheet attention_kernels.by_generation): FA2 on
+    Ampere and Ada, FA3 on Hopper, FA4 on Blackwell. `default_kernel` stays FA2 wherever FA2
+    runs; this is the other assumption, for runs made with today's engines."""
+    row = facts()["calculator_defaults"]["attention_kernels"]["by_generation"][get_gpu(gpu_id).arch]
+    return row["kernel"], row["source"]
+
+
+def sdpa_by_torch() -> list[dict]:
+    """Which kernel PyTorch's SDPA runs, by torch version and GPU generation, each row sourced
+    (facts sheet attention_kernels.sdpa_by_torch)."""
+    return facts()["calculator_defaults"]["attention_kernels"]["sdpa_by_torch"]["rows"]
 
 
 @lru_cache(maxsize=1)

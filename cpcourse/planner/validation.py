@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import statistics
 
-from cpcourse.planner.facts import holdout_runs, published_runs, published_runs_settings
+from cpcourse.planner.facts import (
+    gpu_measured,
+    holdout_runs,
+    published_runs,
+    published_runs_settings,
+    run_provenance,
+)
 from cpcourse.planner.hardware import get_gpu
 from cpcourse.planner.plan import plan
 from cpcourse.planner.tokens import get_model
@@ -71,23 +77,56 @@ def candidate_layouts(run: dict) -> list[Layout]:
 INCLUDES = ("text_encoder", "denoise", "vae_decode")
 
 
+# data/published_runs_provenance.json's names for the parts of a generation -> the planner's
+_PARTS = {"text_encode": "text_encoder", "denoise": "denoise", "vae_decode": "vae_decode",
+          "first_call_warmup": "warmup", "model_load": "load"}
+
+
+def _provenance(run: dict) -> dict:
+    return run_provenance()["tables"].get(run.get("table"), {})
+
+
 def source_id(run: dict) -> str:
-    """The source a published run comes from (its `source_id`, else the repository its source
+    """The source a published run comes from (its table's `source_id` in
+    data/published_runs_provenance.json, else the run's own, else the repository its source
     names first): what leave-one-source-out groups by."""
-    return run.get("source_id") or run["source"].split()[0]
+    return (_provenance(run).get("source_id") or run.get("source_id")
+            or run["source"].split()[0])
 
 
 def included(run: dict) -> list[str]:
-    """The parts of a pipeline a run's published time includes (its `includes`, else
-    `INCLUDES`: the whole generate call)."""
+    """The parts of a pipeline a run's published time includes: its table's `includes` in
+    data/published_runs_provenance.json (a part not stated, null, is taken as included: the
+    sources time a whole generate call), else the run's own list, else `INCLUDES`."""
+    prov = _provenance(run).get("includes")
+    if prov is not None and "includes" not in run:
+        return [_PARTS[k] for k, on in prov.items() if on is not False and k in _PARTS]
     parts = run.get("includes") or list(INCLUDES)
     require(set(parts) <= {*INCLUDES, "warmup", "load"}, f"includes: unknown parts in {parts}")
     return list(parts)
 
 
+def warmup_share() -> tuple[float, str]:
+    """(extra share of one forward that the first call at a shape takes, source): cuDNN and
+    cuBLAS planning, allocations. From the one model the H200 run timed twice (Wan 1.3B at
+    480p: first / second forward - 1); the larger models were timed once."""
+    for run in gpu_measured().values():
+        for m in run.get("models", []):
+            if len(m.get("seconds_all", [])) >= 2:
+                first, *rest = m["seconds_all"]
+                return first / min(rest) - 1, (f"{m['model']} on one {run['provenance']['gpu']}: "
+                                               f"first forward {first:.3f} s, then "
+                                               f"{min(rest):.3f} s")
+    return 0.0, "no forward timed twice"
+
+
 def _left_out(costed: dict, parts: list[str]) -> float:
-    """Seconds of a costed plan that a published time does not include (decode, encoder)."""
+    """Seconds of a costed plan that a published time does not include (decode, encoder), less
+    the first call's warm-up where it does include it (a negative amount left out)."""
     out = 0.0
+    if "warmup" in parts:
+        per = costed["breakdown"]["per_forward_seconds"]
+        out -= warmup_share()[0] * sum(per.values())
     if "vae_decode" not in parts:
         out += costed["vae_decode_seconds"] or 0.0
     if "text_encoder" not in parts:
@@ -127,6 +166,8 @@ def predict_runs(runs: list[dict]) -> dict:
                      "ratio": (p["seconds_total"] - left_out) / r["seconds_total"],
                      "interval_s": [lo, hi], "covered": lo <= r["seconds_total"] <= hi,
                      "includes": parts, "source_id": source_id(r), "kernel": p["kernel"],
+                     "kernel_stated": _provenance(r).get("kernel", r.get("kernel") or "unknown"),
+                     "held_out": bool(_provenance(r).get("held_out", False)),
                      "fsdp": how["fsdp"], "how": how, "fixed_s": p["seconds_fixed"],
                      "published_peak_bytes": peak * 1e9 if peak else None,
                      "predicted_peak_bytes": p["per_gpu_bytes"],
@@ -213,7 +254,8 @@ def speedup_losses(table: str) -> dict:
     all-reduces and gathers), `latency` (the collectives' alphas), `split` (attention cut into
     blocks and merged: the ring's folds, priced at the H200's measured overhead), `rest`
     (what else does not divide: text tokens every rank attends, rounding of shards, FSDP's
-    copies, one-GPU offloading); and `not_priced`, the published time less the predicted one.
+    copies, one-GPU offloading, the first call's warm-up); and `not_priced`, the published time
+    less the predicted one.
     Keys also: gpus, one_gpu_s, ideal_s (one-GPU predicted / P), predicted_s, published_s,
     published_speedup, predicted_speedup."""
     runs = [r for r in published_runs()["runs"] + holdout_runs()["runs"] if r["table"] == table]
@@ -227,18 +269,18 @@ def speedup_losses(table: str) -> dict:
     lat = steps * fw * top["breakdown"]["comm_latency_seconds"]
     comm = steps * fw * sum(per.get(k, 0.0) for k in ("ulysses", "ring_exposed", "tp_allreduce",
                                                      "fsdp_exposed", "attn2d"))
-    out = {"gpus": [lo_run["gpus"], hi_run["gpus"]], "one_gpu_s": one["seconds_total"],
-           "ideal_s": one["seconds_total"] / p,
+    one_s, top_s = rows[lo_run["gpus"]]["predicted_s"], rows[hi_run["gpus"]]["predicted_s"]
+    out = {"gpus": [lo_run["gpus"], hi_run["gpus"]], "one_gpu_s": one_s, "ideal_s": one_s / p,
            "serial": top["seconds_fixed"] - one["seconds_fixed"] / p,
            "communication": comm - lat, "latency": lat,
            "split": steps * fw * per["ring_merge"] - one["breakdown"]["per_forward_seconds"][
                "ring_merge"] * steps * one["forwards_per_step"] / p,
-           "predicted_s": top["seconds_total"], "published_s": hi_run["seconds_total"]}
+           "predicted_s": top_s, "published_s": hi_run["seconds_total"]}
     out["rest"] = out["predicted_s"] - out["ideal_s"] - sum(
         out[k] for k in ("serial", "communication", "latency", "split"))
     out["not_priced"] = out["published_s"] - out["predicted_s"]
     out["published_speedup"] = lo_run["seconds_total"] / hi_run["seconds_total"]
-    out["predicted_speedup"] = one["seconds_total"] / top["seconds_total"]
+    out["predicted_speedup"] = one_s / top_s
     return out
 
 
