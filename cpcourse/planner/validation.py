@@ -150,17 +150,17 @@ def predict_runs(runs: list[dict]) -> dict:
                        released=how["released"], offload=how["offload"],
                        text_encoder_cpu=how["text_encoder_cpu"], layout=lay).best
                   for lay in candidate_layouts(r)]
-        p = min(costed, key=lambda c: c["seconds_total"])
         parts = included(r)
+        secs = [c["seconds_total"] - _left_out(c, parts) for c in costed]
+        p = costed[secs.index(min(secs))]
         left_out = _left_out(p, parts)
-        lo = min(c["seconds_total_interval"][0] for c in costed) - left_out
+        lo = min(c["seconds_total_interval"][0] - _left_out(c, parts) for c in costed)
         hi = p["seconds_total_interval"][1] - left_out
         peak = r.get("peak_GB")  # GB as published, read as 1e9 bytes
         rows.append({"table": r["table"], "model": r["model"], "gpu": r["gpu"],
                      "gpus": r["gpus"], "layout": p["layout"],
                      "layout_sourced": r["layout"] is not None,
-                     "predicted_range_s": (p["seconds_total"],
-                                           max(c["seconds_total"] for c in costed)),
+                     "predicted_range_s": (min(secs), max(secs)),
                      "published_s": r["seconds_total"],
                      "predicted_s": p["seconds_total"] - left_out,
                      "ratio": (p["seconds_total"] - left_out) / r["seconds_total"],

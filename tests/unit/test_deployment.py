@@ -38,7 +38,7 @@ from cpcourse.planner.hardware import (
 )
 from cpcourse.planner.plan import plan, validity
 from cpcourse.planner.tokens import model_tokens
-from cpcourse.planner.validation import validate
+from cpcourse.planner.validation import validate, warmup_share
 from cpcourse.support.errors import InputError
 from cpcourse.support.layout import Layout
 
@@ -259,7 +259,9 @@ def test_held_out_runs_are_predicted_apart_from_the_validation_set():
         assert row["published_s"] == run["seconds_total"] and row["layout"] == run["layout"]
         p = plan(run["model"], run["height"], run["width"], run["frames"], run["gpus"],
                  run["gpu"], steps=run["steps"], layout=Layout(**run["layout"]))
-        assert row["predicted_s"] == pytest.approx(p["seconds_total"])
+        # xDiT's times include the first call: its warm-up on top of the plan
+        warm = warmup_share()[0] * sum(p["breakdown"]["per_forward_seconds"].values())
+        assert row["predicted_s"] == pytest.approx(p["seconds_total"] + warm)
     errors = sorted(abs(r["ratio"] - 1) for r in v["holdout"]["rows"])
     assert v["holdout"]["median_abs_rel_error"] == pytest.approx(statistics.median(errors))
     assert v["holdout"]["worst_abs_rel_error"] == errors[-1]
