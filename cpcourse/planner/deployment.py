@@ -61,19 +61,11 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from cpcourse.planner import uncertainty
-from cpcourse.planner.collectives import collective_seconds
 from cpcourse.planner.costs import tiling_bytes_per_rank
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
-from cpcourse.planner.hardware import (
-    collective_alpha,
-    copy_efficiency,
-    get_gpu,
-    get_link,
-    kernel_efficiency,
-    link_for,
-    split_ratio,
-)
+from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
+from cpcourse.planner.overheads import collective_latency, link_rate, split_ratio
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
@@ -190,25 +182,6 @@ class Communication:
         return asdict(self)
 
 
-def _bandwidth(link) -> float:
-    """Bytes/s a link carries at the current edge (`cpcourse.planner.uncertainty`): its
-    effective rate, scaled; a PCIe box priced without P2P may have it on (its fast end)."""
-    if link.id == "pcie4-host" and uncertainty.current() == "fast":
-        return get_link("pcie4").effective_gbps * 1e9
-    return uncertainty.rate("link", link.effective_gbps * 1e9)
-
-
-def _alpha(kind: str, world: int) -> float:
-    """Seconds of latency one `kind` collective over `world` ranks pays: NCCL's floor per
-    message in sequence (`cpcourse.planner.collectives.latency_rounds`); fast edge, the floor
-    once (NCCL groups the sends); slow edge, a collective through torch.distributed if more."""
-    floor, torch_call, _ = collective_alpha()
-    per = collective_seconds(kind, 0.0, world, alpha=floor, gbps=1.0)["latency_s"]
-    if world <= 1 or not uncertainty.latency_on():
-        return 0.0
-    return uncertainty.pick(per, floor, max(per, torch_call))
-
-
 def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: Compute,
                  fsdp: bool) -> Communication:
     """The communication terms, each on the link it crosses, bytes over bandwidth plus each
@@ -221,34 +194,35 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     ring_link = link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
     tp_link = link_for(t, gpus_per_node, gpu)
     world_link = link_for(world, gpus_per_node, gpu)
-    lat_a2a = layers * 4 * _alpha("all_to_all", u)
-    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / _bandwidth(uly_link) + lat_a2a
+    lat_a2a = layers * 4 * collective_latency("all_to_all", u)
+    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / link_rate(uly_link) + lat_a2a
     ring_s = attn2d_s = lat_ring = 0.0
     if layout.grid:
         rows, cols = layout.grid
         moved = tiling_bytes_per_rank("attn2d", tok.sequence_length, model.heads // (u * t),
                                       h // model.heads, r, layout.grid, BYTES)
         # Q gathered along the row, K and V along the column, the partials home along the row
-        lat_ring = layers * (2 * _alpha("all_gather", cols) + 2 * _alpha("all_gather", rows))
-        attn2d_s = layers * moved / _bandwidth(ring_link) + lat_ring
+        lat_ring = layers * 2 * (collective_latency("all_gather", cols)
+                                 + collective_latency("all_gather", rows))
+        attn2d_s = layers * moved / link_rate(ring_link) + lat_ring
     elif r > 1:
-        hop = 2 * n * h / t * BYTES / _bandwidth(ring_link) + _alpha("send_recv", 2)
+        hop = 2 * n * h / t * BYTES / link_rate(ring_link) + collective_latency("send_recv", 2)
         block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
                  else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
-        lat_ring = min(ring_s, layers * (r - 1) * _alpha("send_recv", 2))
+        lat_ring = min(ring_s, layers * (r - 1) * collective_latency("send_recv", 2))
     reduces = model.tp_all_reduces_per_forward
-    lat_tp = reduces * _alpha("all_reduce", t)
-    tp_s = reduces * tp_allreduce_bytes(n, h, t) / _bandwidth(tp_link) + lat_tp
+    lat_tp = reduces * collective_latency("all_reduce", t)
+    tp_s = reduces * tp_allreduce_bytes(n, h, t) / link_rate(tp_link) + lat_tp
     fsdp_s = 0.0
     if fsdp and world > 1:
         gather = (model.block_params / layers * BYTES * (world - 1) / world
-                  / _bandwidth(world_link) + _alpha("all_gather", world))
+                  / link_rate(world_link) + collective_latency("all_gather", world))
         layer_compute = (compute.linear + compute.attention) / layers
         fsdp_s = layers * max(0.0, gather - layer_compute)
     latent = tok.latent_frames * tok.latent_height * tok.latent_width * model.latent_channels
-    cfg_s = (latent * BYTES / _bandwidth(world_link) + _alpha("all_gather", 2)) if c == 2 \
-        else 0.0
+    cfg_s = (latent * BYTES / link_rate(world_link) + collective_latency("all_gather", 2)
+             if c == 2 else 0.0)
     links = {"ulysses": uly_link.id if u > 1 else None,
              "ring": ring_link.id if r > 1 and not layout.grid else None,
              "tp": tp_link.id if t > 1 else None, "cfg": world_link.id if c == 2 else None,

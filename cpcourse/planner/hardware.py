@@ -299,38 +299,3 @@ def copy_efficiency() -> tuple[float, str]:
     return share, (f"measured: a {copy['bytes'] / 1e9:.1f} GB device-to-device copy at "
                    f"{copy['tbps']:.2f} TB/s on one {run['provenance']['gpu']} "
                    "(cpcourse/data/gpu_measured_h200.json)")
-
-
-def split_ratio(blocks: int) -> tuple[float, str]:
-    """(time of attention cut into `blocks` key blocks and merged / time fused, source), as
-    `cpcourse bench gpu` measured it on one H200 (cuDNN, 75,600 tokens: 1.05x, 1.12x, 1.25x at
-    2, 4, 8 blocks); between and beyond the measured counts, linear in log2(blocks) (each
-    doubling adds what the last measured doubling added); 1 for one block. Small blocks pay
-    it: less work per kernel launch, the same fixed cost per block, one more merge."""
-    import math
-
-    if blocks <= 1:
-        return 1.0, "one block: nothing split"
-    rows = sorted((r["blocks"], r["ratio"]) for run in gpu_measured().values()
-                  for r in run.get("kernels", {}).get("split", []))
-    if not rows:
-        return 1.0, "no split measured"
-    pts = [(0.0, 1.0)] + [(math.log2(b), r) for b, r in rows]
-    x = math.log2(blocks)
-    (x0, y0), (x1, y1) = next(((a, b) for a, b in zip(pts, pts[1:], strict=False)
-                               if x <= b[0]), (pts[-2], pts[-1]))
-    ratio = y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return ratio, ("measured on one H200 (gpu_measured_h200.json kernels.split: cuDNN at "
-                   "75,600 tokens, " + ", ".join(f"{r:.2f}x at {b}" for b, r in rows) + ")")
-
-
-def collective_alpha() -> tuple[float, float, str]:
-    """(NCCL's floor per message, one collective through torch.distributed, source), seconds:
-    the facts sheet's calculator_defaults.collective_latency. The floor is NCCL's own
-    small-message time inside a node without CUDA graphs (3.5 us on H800 NVLink); the second is
-    what one small all-reduce took called from Python on 8 H100s (197 us: launch, stream
-    synchronisation and the op's host path). No PCIe or InfiniBand figure is recorded: the
-    same floor stands for them, an under-estimate."""
-    ex = facts()["calculator_defaults"]["collective_latency"]["examples"]
-    lo, hi = ex["nccl_nvlink_floor"], ex["torch_distributed_8xh100"]
-    return float(lo["seconds"]), float(hi["seconds"]), f"{lo['source']}; {hi['source']}"

@@ -28,14 +28,8 @@ from cpcourse.planner.fixed_costs import (
     vae_decode_flops,
     vae_share,
 )
-from cpcourse.planner.hardware import (
-    collective_alpha,
-    copy_efficiency,
-    get_gpu,
-    get_link,
-    kernel_efficiency,
-    split_ratio,
-)
+from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.overheads import collective_alpha, split_ratio
 from cpcourse.planner.plan import plan, validity
 from cpcourse.planner.tokens import model_tokens
 from cpcourse.planner.validation import validate, warmup_share

@@ -7,7 +7,8 @@ import pytest
 
 from cpcourse.cli import main
 from cpcourse.planner.costs import tiling_bytes_per_rank
-from cpcourse.planner.hardware import collective_alpha, get_gpu, get_link
+from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.overheads import collective_alpha
 from cpcourse.planner.plan import plan
 from cpcourse.planner.tokens import get_model, model_tokens
 from cpcourse.support.errors import InputError

@@ -105,3 +105,18 @@ def test_validate_prints_sources_and_coverage(capsys):
     out = capsys.readouterr().out
     assert "leave-one-source-out" in out and "interval" in out
     assert "held out (not used to build the planner)" not in out
+
+
+def test_where_eight_gpus_lose_their_eight_x():
+    """The parts add up to the predicted time; the ring (the 4090 box) pays a split cost that
+    Ulysses (HunyuanVideo on H100s) does not; the collectives' latency is under a second."""
+    from cpcourse.planner.speedup import speedup_losses
+
+    parts = ("serial", "communication", "latency", "split", "rest")
+    for table in ("hunyuanvideo-720p-h100", "wan2.1-t2v-1.3b-480p-4090"):
+        d = speedup_losses(table)
+        assert d["ideal_s"] + sum(d[k] for k in parts) == pytest.approx(d["predicted_s"])
+        assert d["published_s"] - d["predicted_s"] == pytest.approx(d["not_priced"])
+        assert 0 < d["latency"] < 1.0
+    assert speedup_losses("hunyuanvideo-720p-h100")["split"] == 0
+    assert speedup_losses("wan2.1-t2v-1.3b-480p-4090")["split"] > 0
