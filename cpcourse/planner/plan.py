@@ -17,7 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpcourse.planner.deployment import cost
-from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_efficiency
+from cpcourse.planner.hardware import (
+    KERNELS,
+    default_kernel,
+    generation_kernel,
+    get_gpu,
+    kernel_efficiency,
+)
 from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
@@ -146,6 +152,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder)
     gpus, nodes, steps = _checked_counts(gpus, nodes, steps)
     g = get_gpu(gpu)
+    assumed = kernel == "auto"
     kernel = _checked_kernel(g, kernel)
     per_node = gpus // nodes
     args = (m, tok, g.id)
@@ -183,6 +190,10 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
                 "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
     reasons = _reasons(m, tok, g, best, tie, pool is valid)
+    if assumed:
+        reasons.append(_kernel_line(g, kernel, lambda k: cost_layout(
+            *args, Layout(**best["layout"]), per_node, k, fsdp, steps, **how)["seconds_total"],
+            best["seconds_total"]))
     return Plan(**head, best=best, reasoning=reasons, tie=[c["layout"] for c in tie],
                 runners_up=runners,
                 invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
@@ -202,6 +213,18 @@ def _with_interval(c: dict, args, lay: Layout, per_node: int, kernel: str, fsdp:
     return {**c, "seconds_total_interval": [min(lo, c["seconds_total"]),
                                             max(hi, c["seconds_total"])],
             "interval_inputs": interval_sources()}
+
+
+def _kernel_line(g, kernel: str, price, seconds: float) -> str:
+    """Which kernel an `auto` plan assumed, and what the kernel a current engine runs on this
+    GPU's generation (`hardware.generation_kernel`) would give instead: the two assumptions
+    side by side, neither chosen by what the published runs show."""
+    gen, source = generation_kernel(g.id)
+    head = f"Kernel assumed: {kernel} (the default, `hardware.default_kernel`)"
+    if gen == kernel or kernel_efficiency(g.id, gen)[0] is None:
+        return head + "; a current engine on this generation runs the same."
+    return (head + f"; a current engine on {g.arch} runs {gen} ({source.split(';')[0]}): "
+            f"{price(gen):.0f} s instead of {seconds:.0f} s.")
 
 
 def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder) -> None:

@@ -120,3 +120,15 @@ def test_where_eight_gpus_lose_their_eight_x():
         assert 0 < d["latency"] < 1.0
     assert speedup_losses("hunyuanvideo-720p-h100")["split"] == 0
     assert speedup_losses("wan2.1-t2v-1.3b-480p-4090")["split"] > 0
+
+
+def test_an_auto_kernel_says_what_it_assumed_and_what_a_current_engine_runs():
+    """On a Blackwell GPU the default (FA2) is about 3x slower than FA4, which current engines
+    run there: the plan names both times, and chooses neither by the published runs."""
+    p = plan("wan2.2-t2v-a14b", 720, 1280, 81, gpus=1, gpu="b200")
+    line = next(r for r in p["reasoning"] if r.startswith("Kernel assumed"))
+    assert "fa2" in line and "fa4" in line
+    fa4 = plan("wan2.2-t2v-a14b", 720, 1280, 81, gpus=1, gpu="b200", kernel="fa4")
+    assert f"{fa4['seconds_total']:.0f} s instead of {p['seconds_total']:.0f} s" in line
+    given = plan("wan2.2-t2v-a14b", 720, 1280, 81, gpus=1, gpu="b200", kernel="fa2")
+    assert not any(r.startswith("Kernel assumed") for r in given["reasoning"])
