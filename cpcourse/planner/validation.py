@@ -4,7 +4,10 @@ run, per table the speedup and the serial part, and the published peaks beside t
     cpcourse plan --validate --json
 
 `validate()` predicts every run of the facts' published_runs.json (the validation set) and,
-apart, the held-out runs found after it was fixed (`holdout`). `how_run` says how a run was made
+apart, xDiT's second table (`holdout`: found later, but not held out, `NOT_HELD_OUT`), and per
+source (`by_source`) the errors and how many published times fall inside the plan's interval;
+`leave_one_source_out` says what that means for a planner with nothing fitted.
+`how_run` says how a run was made
 where its source says so (data/published_runs_settings.json: FSDP, offloading, the text encoder
 on the CPU, the released code's dtypes). `amdahl_fit` splits a table's times into the part that
 did not shrink with the GPUs and the part that did. `track_record` is how far off the model was
@@ -198,7 +201,8 @@ def predict_runs(runs: list[dict]) -> dict:
 
 def validate() -> dict:
     """Predict every published run of the validation set (`published_runs`), and separately
-    the held-out runs (`holdout_runs`, key "holdout", the same fields): the ratio per row, the
+    xDiT's second table (`holdout_runs`, key "holdout", the same fields; not held out), the
+    errors per source (`by_source`), and interval coverage: the ratio per row, the
     median and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs,
     predicted against published."""
     held = holdout_runs()
@@ -240,7 +244,7 @@ def by_source(rows: list[dict]) -> dict:
 
 def track_record(model_id: str, gpu_id: str) -> dict:
     """How far off the model was on the published runs nearest to a plan: those of this model
-    on this GPU, else of this model on any GPU (validation set and held-out runs alike). Not a
+    on this GPU, else of this model on any GPU (both tables of each source alike). Not a
     correction (nothing here changes a prediction): the error bars an engineer reads beside
     one. Keys: scope, tables, runs, ratio_min, ratio_max (predicted / published), speedups
     (per table: published, predicted) and serial (per table: implied by the runs, charged by
