@@ -159,3 +159,20 @@ def test_a_class_built_by_the_tool_lands_on_its_derived_lines():
     for key in ("matmul_flops", "elementwise_bytes"):
         want = d[f"{key}_per_token"] * got["tokens"] + d[f"{key}_fixed"]
         assert abs(got[key] - want) <= 1e-6 * want, key
+
+
+def test_added_runs_name_their_source_kernel_and_parts():
+    from cpcourse.planner.facts import added_runs
+    from cpcourse.planner.tokens import model_tokens
+
+    data = added_runs()
+    assert data["runs"]
+    for r in data["runs"]:
+        assert r["source_id"] in data["sources"] and r["source"]
+        assert r["kernel"] in hardware.KERNELS and r["kernel_source"]
+        assert r["includes"]["denoise"] is True and isinstance(r["held_out"], bool)
+        assert hardware.get_gpu(r["gpu"]) and get_model(r["model"])
+        assert r.get("seconds_denoise", 0) <= r["seconds_total"]
+        # the size the planner is given has the tokens the source ran (72,000 for 80 frames)
+        tok = model_tokens(r["model"], r["height"], r["width"], r["frames"])
+        assert tok.video_tokens == 72_000
