@@ -8,6 +8,8 @@
     published_runs_settings.json    how each published run was made (FSDP, offloading, ...)
     published_runs_provenance.json  per table: source_id, what its time includes, its kernel,
                                     whether it is truly held out
+    published_runs_added.json       runs found for issue 44 from other sources (TensorRT-LLM's
+                                    Wan 2.2 A14B on B200 and GB200 NVL72), with the same fields
     vae_decode_flops.json           FLOPs per latent pixel of each decoder (tools/derive_vae_flops)
     vae_decode_measured.json        measured VAE decode times, for the decode's share of peak
     vae_decode_memory.json          the decoders' working memory (tools/derive_vae_memory)
@@ -56,6 +58,13 @@ def holdout_runs() -> dict:
     token count as a validation table, and read before the planner last changed
     (`run_provenance`)."""
     return read("published_runs_holdout.json")
+
+
+def added_runs() -> dict:
+    """Published runs added from sources the planner was not built on ("about", "sources",
+    "runs"): `published_runs`' fields plus source_id, includes, kernel (with kernel_source),
+    held_out, and seconds_denoise where the source gives it."""
+    return read("published_runs_added.json")
 
 
 @lru_cache(maxsize=1)
