@@ -220,7 +220,9 @@ def _validate_cmd(args):
     lines = []
     second = ("xDiT's 960x960 table (not held out: same page, GPUs and code as the 720p "
               "table, read before the planner's last changes)")
-    for title, part in (("validation set", d), (second, d["holdout"])):
+    added = ("runs added after the planner was built (held out: none read before its last "
+             "change)" if d["added"]["held_out"] else "runs added after the planner was built")
+    for title, part in (("validation set", d), (second, d["holdout"]), (added, d["added"])):
         lines += [title + ":", f"{'table':28s} {'GPUs':>4}  {'published s':>11}  "
                   f"{'predicted s':>11}  ratio  interval s"]
         lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "

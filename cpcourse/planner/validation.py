@@ -19,6 +19,7 @@ from __future__ import annotations
 import statistics
 
 from cpcourse.planner.facts import (
+    added_runs,
     gpu_measured,
     holdout_runs,
     published_runs,
@@ -64,6 +65,12 @@ def how_run(run: dict) -> dict:
             "source": None}
 
 
+def _kernel(run: dict) -> str:
+    """The kernel a run names, else "auto" (the planner's default, which it then names)."""
+    k = run.get("kernel")
+    return "auto" if k in (None, "unknown") else k
+
+
 def candidate_layouts(run: dict) -> list[Layout]:
     """The layouts a published run may have used: its source's, or, where the source does not
     give it (`layout` null), every Ulysses x ring layout of its GPU count that the model's heads
@@ -102,7 +109,9 @@ def included(run: dict) -> list[str]:
     data/published_runs_provenance.json (a part not stated, null, is taken as included: the
     sources time a whole generate call), else the run's own list, else `INCLUDES`."""
     prov = _provenance(run).get("includes")
-    if prov is not None and "includes" not in run:
+    if isinstance(run.get("includes"), dict):  # an added run carries its own, as the provenance
+        prov = run["includes"]
+    if prov is not None and not isinstance(run.get("includes"), list):
         return [_PARTS[k] for k, on in prov.items() if on is not False and k in _PARTS]
     parts = run.get("includes") or list(INCLUDES)
     require(set(parts) <= {*INCLUDES, "warmup", "load"}, f"includes: unknown parts in {parts}")
@@ -149,7 +158,7 @@ def predict_runs(runs: list[dict]) -> dict:
     for r in runs:
         how = how_run(r)
         costed = [plan(r["model"], r["height"], r["width"], r["frames"], r["gpus"], r["gpu"],
-                       steps=r["steps"], kernel=r.get("kernel") or "auto", fsdp=how["fsdp"],
+                       steps=r["steps"], kernel=_kernel(r), fsdp=how["fsdp"],
                        released=how["released"], offload=how["offload"],
                        text_encoder_cpu=how["text_encoder_cpu"], layout=lay).best
                   for lay in candidate_layouts(r)]
@@ -170,7 +179,7 @@ def predict_runs(runs: list[dict]) -> dict:
                      "interval_s": [lo, hi], "covered": lo <= r["seconds_total"] <= hi,
                      "includes": parts, "source_id": source_id(r), "kernel": p["kernel"],
                      "kernel_stated": _provenance(r).get("kernel", r.get("kernel") or "unknown"),
-                     "held_out": bool(_provenance(r).get("held_out", False)),
+                     "held_out": bool(_provenance(r).get("held_out", r.get("held_out", False))),
                      "fsdp": how["fsdp"], "how": how, "fixed_s": p["seconds_fixed"],
                      "published_peak_bytes": peak * 1e9 if peak else None,
                      "predicted_peak_bytes": p["per_gpu_bytes"],
@@ -205,12 +214,15 @@ def validate() -> dict:
     errors per source (`by_source`), and interval coverage: the ratio per row, the
     median and worst |ratio - 1|, and per table the speedup from its fewest to its most GPUs,
     predicted against published."""
-    held = holdout_runs()
+    held, added = holdout_runs(), added_runs()
     main, second = predict_runs(published_runs()["runs"]), predict_runs(held["runs"])
+    new = predict_runs(added["runs"])
     return {**main, "about": published_runs()["about"],
             "holdout": {**second, "about": held["about"], "held_out": False,
                         "why_not_held_out": NOT_HELD_OUT},
-            "by_source": by_source(main["rows"] + second["rows"]),
+            "added": {**new, "about": added["about"],
+                      "held_out": all(r.get("held_out") for r in added["runs"])},
+            "by_source": by_source(main["rows"] + second["rows"] + new["rows"]),
             "leave_one_source_out": LOSO}
 
 
