@@ -12,11 +12,14 @@ sizes solve exactly for
     matmul FLOPs = a N + a0        element-wise bytes = e N + e0       (N: sequence tokens)
 
 a per token, a0 what does not grow with the video (the text side of cross-attention, the
-timestep and modulation linears). An H200 run (cpcourse/data/gpu_measured_h200.json) showed
-why both are needed: HunyuanVideo's matmuls took 2.11 s of a 720p forward where counting every
-block parameter predicted 3.85 (modulation linears act on the timestep, text weights never
-meet a video token), and the element-wise work took 13-24% of a forward that the planner had
-not priced. cpcourse.planner reads this file; tests/unit/test_dit_costs.py re-derives one point.
+timestep and modulation linears). Presets whose class is not one of cpcourse.models' archs
+(Mochi, LTX-Video, Cosmos, and Open-Sora 2.0 through Flux's class, whose block structure its
+MMDiT shares) are built here from the facts sheet's sizes (`OTHER`). An H200 run
+(cpcourse/data/gpu_measured_h200.json) showed why both are needed: HunyuanVideo's matmuls took
+2.11 s of a 720p forward where counting every block parameter predicted 3.85 (modulation
+linears act on the timestep, text weights never meet a video token), and the element-wise work
+took 13-24% of a forward that the planner had not priced. cpcourse.planner reads this file;
+tests/unit/test_dit_costs.py re-derives one point.
 """
 
 from __future__ import annotations
@@ -35,6 +38,19 @@ OUT = ROOT / "cpcourse" / "data" / "dit_derived_costs.json"
 PRESETS = {"wan2.1-t2v-1.3b": "wan", "wan2.1-t2v-14b": "wan", "wan2.2-t2v-a14b": "wan",
            "wan2.2-ti2v-5b": "wan2.2", "hunyuanvideo-13b": "hunyuanvideo",
            "cogvideox-2b": "cogvideox", "cogvideox-5b": "cogvideox"}
+# presets whose diffusers class is not one of cpcourse.models' archs: built here (`_other`)
+OTHER = {"mochi-1": "MochiTransformer3DModel", "ltx-video-2b": "LTXVideoTransformer3DModel",
+         "ltx-video-13b": "LTXVideoTransformer3DModel",
+         "cosmos-1.0-diffusion-7b": "CosmosTransformer3DModel",
+         "cosmos-1.0-diffusion-14b": "CosmosTransformer3DModel",
+         "cosmos-predict2-2b": "CosmosTransformer3DModel",
+         "cosmos-predict2-14b": "CosmosTransformer3DModel",
+         # Open-Sora 2.0's MMDiT (opensora/models/mmdit/model.py) is Flux's block structure:
+         # 19 double- and 38 single-stream blocks of 3072, T5 512 tokens joined, CLIP-L pooled
+         "open-sora-2.0-768px": "FluxTransformer2DModel",
+         "open-sora-2.0-256px": "FluxTransformer2DModel"}
+T5_DIM = 4096  # T5-XXL's width (Mochi, LTX-Video, Open-Sora 2.0)
+COSMOS_TEXT_DIM = 1024  # diffusers' default text_embed_dim for Cosmos (cross-attention only)
 aten = torch.ops.aten
 ATTENTION = {aten._scaled_dot_product_flash_attention.default,
              aten._scaled_dot_product_efficient_attention.default,
@@ -71,6 +87,70 @@ class ElementwiseBytes(TorchDispatchMode):
         return out
 
 
+def _other(model_id: str, frames: int):
+    """(model, forward kwargs) of a preset in OTHER: diffusers' class at the preset's released
+    sizes (the facts sheet's heads, head dim, layers, FFN width, latent channels) on the meta
+    device, with one forward's inputs at `frames` and the default height and width."""
+    import diffusers
+
+    from cpcourse.planner.tokens import get_model, model_tokens
+
+    m, tok = get_model(model_id), model_tokens(model_id, frames=frames)
+    t, h, w = tok.latent_frames, tok.latent_height, tok.latent_width
+    meta = torch.device("meta")
+    rand = lambda *s: torch.empty(*s, device=meta, dtype=torch.bfloat16)  # noqa: E731
+    cls, text = OTHER[model_id], rand(1, max(m.text_tokens, 1), T5_DIM)
+    step = torch.full((1,), 500.0, device=meta)
+    if cls == "MochiTransformer3DModel":
+        cfg = dict(num_attention_heads=m.heads, attention_head_dim=m.head_dim,
+                   num_layers=m.layers, in_channels=m.latent_channels)
+        kw = dict(hidden_states=rand(1, m.latent_channels, t, h, w), encoder_hidden_states=text,
+                  timestep=step, encoder_attention_mask=torch.ones(
+                      1, m.text_tokens, dtype=torch.bool, device=meta))
+    elif cls == "LTXVideoTransformer3DModel":
+        cfg = dict(num_attention_heads=m.heads, attention_head_dim=m.head_dim,
+                   num_layers=m.layers, cross_attention_dim=m.hidden,
+                   in_channels=m.latent_channels, out_channels=m.latent_channels)
+        kw = dict(hidden_states=rand(1, t * h * w, m.latent_channels), encoder_hidden_states=text,
+                  timestep=step, encoder_attention_mask=torch.ones(1, m.text_tokens, device=meta),
+                  num_frames=t, height=h, width=w, rope_interpolation_scale=(
+                      m.vae_temporal / 30, m.vae_spatial, m.vae_spatial))
+    elif cls == "CosmosTransformer3DModel":
+        predict2 = "predict2" in model_id  # no learnable position embedding (Predict2 config)
+        cfg = dict(num_attention_heads=m.heads, attention_head_dim=m.head_dim,
+                   num_layers=m.layers, mlp_ratio=m.ffn / m.hidden,
+                   in_channels=m.latent_channels + 2, out_channels=m.latent_channels,
+                   text_embed_dim=COSMOS_TEXT_DIM, max_size=(128, 240, 240),
+                   extra_pos_embed_type=None if predict2 else "learnable",
+                   concat_padding_mask=False)
+        # the padding-mask channel (resized by torchvision, not installed) comes in with the
+        # latent: one more input channel to the patch embedding, as the released model has
+        kw = dict(hidden_states=rand(1, m.latent_channels + 1, t, h, w), timestep=step,
+                  encoder_hidden_states=rand(1, m.text_tokens, COSMOS_TEXT_DIM), fps=24,
+                  condition_mask=rand(1, 1, t, h, w))
+    else:  # Flux's class at Open-Sora 2.0's MMDiT sizes: 2x2 patches packed into channels
+        double = 19  # facts sheet: "19 double-stream + 38 single-stream"
+        cfg = dict(num_layers=double, num_single_layers=m.layers - double,
+                   num_attention_heads=m.heads, attention_head_dim=m.head_dim,
+                   in_channels=m.latent_channels * 4, joint_attention_dim=T5_DIM,
+                   pooled_projection_dim=768, guidance_embeds=False)
+        n = tok.video_tokens
+        kw = dict(hidden_states=rand(1, n, m.latent_channels * 4), encoder_hidden_states=text,
+                  pooled_projections=rand(1, 768), timestep=step,
+                  img_ids=torch.zeros(n, 3, device=meta),
+                  txt_ids=torch.zeros(m.text_tokens, 3, device=meta))
+    with meta:
+        model = getattr(diffusers, cls)(**cfg)
+    if cls == "MochiTransformer3DModel":  # its rotary math asks for autocast on the tensors'
+        model.rope._create_rope = _mochi_rope  # device, which meta refuses: same math, in fp32
+    return model.to(torch.bfloat16).eval().requires_grad_(False), kw
+
+
+def _mochi_rope(freqs: torch.Tensor, pos: torch.Tensor):
+    freqs = torch.einsum("nd,dhf->nhf", pos.float(), freqs.float())
+    return torch.cos(freqs), torch.sin(freqs)
+
+
 def count(model_id: str, arch: str, frames: int) -> dict:
     """Matmul FLOPs and element-wise bytes of one bf16 forward at `frames` (default size)."""
     import sys
@@ -80,10 +160,17 @@ def count(model_id: str, arch: str, frames: int) -> dict:
     from cpcourse.planner.tokens import model_tokens
     from tools.gpu_check.models import build_real, real_inputs
 
-    model = build_real(model_id, arch, torch.device("meta"))
-    inputs = real_inputs(model_id, arch, frames, "meta", torch.bfloat16)
+    if arch == "other":
+        model, inputs = _other(model_id, frames)
+    else:
+        model = build_real(model_id, arch, torch.device("meta"))
+        inputs = real_inputs(model_id, arch, frames, "meta", torch.bfloat16)
     flops, moved = FlopCounterMode(display=False), ElementwiseBytes()
-    with torch.inference_mode(), flops, moved:
+    from torch.fx.experimental import _config as fx_config
+
+    # Mochi picks the prompt's unmasked tokens with nonzero(); every token here is unmasked
+    with torch.inference_mode(), flops, moved, fx_config.patch(
+            meta_nonzero_assume_all_nonzero=True):
         model(**inputs, return_dict=False)
     by_op = flops.get_flop_counts()["Global"]
     matmul = sum(v for op, v in by_op.items() if op in {m.overloadpacket for m in MATMUL})
@@ -135,6 +222,8 @@ def _text() -> str:
             "are video plus joined text (HunyuanVideo, CogVideoX); Wan's text enters by "
             "cross-attention and is in the fixed part.", "diffusers": diffusers.__version__,
             "models": {mid: derive(mid, arch) for mid, arch in PRESETS.items()}}
+    for mid, cls in OTHER.items():
+        data["models"][mid] = {**derive(mid, "other"), "class": cls}
     for mid, d in data["models"].items():
         print(f"{mid:18s} {d['matmul_flops_per_token'] / 2e9:6.2f} B params a token meets, "
               f"{d['elementwise_bytes_per_token'] / 1e3:7.1f} kB element-wise per token")

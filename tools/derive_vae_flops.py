@@ -22,7 +22,9 @@ OUT = Path(__file__).resolve().parents[1] / "cpcourse" / "data" / "vae_decode_fl
 # preset families -> (diffusers class, latent channels); defaults are the released VAEs' configs
 FAMILIES = {"wan2.1": ("AutoencoderKLWan", 16), "hunyuanvideo": ("AutoencoderKLHunyuanVideo", 16),
             "cogvideox": ("AutoencoderKLCogVideoX", 16), "mochi": ("AutoencoderKLMochi", 12),
-            "ltx-video": ("AutoencoderKLLTXVideo", 128)}
+            "ltx-video": ("AutoencoderKLLTXVideo", 128),
+            # Cosmos-Tokenize1-CV8x8x8 (Cosmos 1.0): diffusers' default AutoencoderKLCosmos config
+            "cosmos": ("AutoencoderKLCosmos", 16)}
 
 
 def decode_flops(cls_name: str, channels: int, frames: int, size: int = 8) -> int:

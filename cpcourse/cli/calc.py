@@ -218,18 +218,24 @@ def _comm_cmd(args):
 def _validate_cmd(args):
     d = validation.validate()
     lines = []
-    for title, part in (("validation set", d), ("held out (not used to build the planner)",
-                                                d["holdout"])):
+    second = ("xDiT's 960x960 table (not held out: same page, GPUs and code as the 720p "
+              "table, read before the planner's last changes)")
+    added = ("runs added after the planner was built (held out: none read before its last "
+             "change)" if d["added"]["held_out"] else "runs added after the planner was built")
+    for title, part in (("validation set", d), (second, d["holdout"]), (added, d["added"])):
         lines += [title + ":", f"{'table':28s} {'GPUs':>4}  {'published s':>11}  "
-                  f"{'predicted s':>11}  ratio"]
+                  f"{'predicted s':>11}  ratio  interval s"]
         lines += [f"{r['table']:28s} {r['gpus']:>4}  {r['published_s']:11.1f}  "
-                  f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}"
+                  f"{r['predicted_s']:11.1f}  {r['ratio']:5.2f}  "
+                  f"[{r['interval_s'][0]:.0f}, {r['interval_s'][1]:.0f}]"
+                  + ("" if r["covered"] else " outside")
                   + ("" if r["layout_sourced"] else
                      f"  * layout not given: fastest {plan.Layout(**r['layout'])}, "
                      f"{r['predicted_range_s'][0]:.1f}-{r['predicted_range_s'][1]:.1f} s")
                   for r in part["rows"]]
         lines.append(f"median |predicted / published - 1| = {part['median_abs_rel_error']:.1%}, "
-                     f"worst {part['worst_abs_rel_error']:.1%}")
+                     f"worst {part['worst_abs_rel_error']:.1%}; published time inside the "
+                     f"interval in {part['interval_coverage']:.0%} of runs")
         mem = [r for r in part["rows"] if r["memory_ratio"]]
         if mem:
             lines += ["peak memory per GPU, where published (GB):",
@@ -244,6 +250,13 @@ def _validate_cmd(args):
                   f"{v['published']:.2f}x, predicted {v['predicted']:.2f}x; "
                   + _serial_text(v["serial_implied_s"], v["serial_model_s"])
                   for name, v in part["speedups"].items()]
+    lines += ["", "leave-one-source-out (every run of a source predicted with nothing read from "
+              "it):"]
+    lines += [f"  {sid}: {s['runs']} runs, median {s['median_abs_rel_error']:.1%}, worst "
+              f"{s['worst_abs_rel_error']:.1%} ({s['worst_run']}), signed median "
+              f"{s['signed_median']:+.1%}, interval coverage {s['interval_coverage']:.0%}"
+              for sid, s in d["by_source"].items()]
+    lines.append("  " + d["leave_one_source_out"])
     return d, "\n".join(lines)
 
 
@@ -292,7 +305,9 @@ def _plan_cmd(args):
             f"{plan.Layout(**d['layout'])}, {_gb(d['per_gpu_bytes'])} per GPU "
             f"({'fits' if d['fits'] else 'does NOT fit'}), {d['seconds_per_step']:.2f} s per "
             f"step, {d['seconds_total']:.0f} s for {d['steps']} steps and the fixed costs "
-            "(model)\n" + "\n".join(f"  - {r}" for r in d["reasoning"]))
+            f"(model; {d['seconds_total_interval'][0]:.0f}-{d['seconds_total_interval'][1]:.0f} s "
+            "with every uncertain input at either end)\n"
+            + "\n".join(f"  - {r}" for r in d["reasoning"]))
     for r in d.get("runners_up", []):
         text += (f"\n  runner-up {plan.Layout(**r['layout'])}: {r['seconds_total']:.0f} s "
                  f"({r['why_not']})")

@@ -20,7 +20,9 @@ the N tokens, the model's `hidden` split over T tp ranks:
                peak x the kernel's efficiency (FA2, FA3, SDPA by architecture)
     merge      the ring folds R - 1 blocks into its running output: 26 bytes moved per element
                of n x hidden / T per fold (an in-place merge, counted below), at memory
-               bandwidth
+               bandwidth, or, where more, the split cost the H200 measured for attention cut
+               into R blocks (1.05x, 1.12x, 1.25x at 2, 4, 8: `hardware.split_ratio`) less one,
+               times the attention: small blocks pay what they pay
     ulysses    4 all-to-alls per layer (q, k, v, out) of (U - 1) / U x n hidden / T x 2 bytes,
                exposed (xDiT and yunchang wait on them)
     ring       R - 1 hops of K/V, 2 x n hidden / T x 2 bytes each, overlapped with that block's
@@ -34,6 +36,10 @@ the N tokens, the model's `hidden` split over T tp ranks:
     fsdp       weights sharded over all GPUs (Wan's --dit_fsdp): each layer's weights gathered
                per forward, (W - 1) / W of them, overlapped with the layer's compute
     cfg        one all-gather of the predicted latents per step (CFG-parallel)
+Every collective also pays its latency, NCCL's floor (3.5 us) per message it sends in sequence
+(`cpcourse.planner.collectives.latency_rounds`: an all-to-all of U ranks U - 1, a ring all-reduce
+2 (T - 1), a hop 1); `Communication.latency` is their sum, and the interval's slow end prices one
+collective at what torch.distributed took (`cpcourse.planner.uncertainty`).
 Each group uses the link it crosses: consecutive ranks inside a node talk over the GPU's own
 intra-node link (NVLink, or PCIe on boxes without it), a group wider than a node over InfiniBand.
 Fixed costs, once per video and on one GPU (`cpcourse.planner.fixed_costs`): the VAE decode, FLOPs
@@ -54,10 +60,12 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
+from cpcourse.planner import uncertainty
 from cpcourse.planner.costs import tiling_bytes_per_rank
 from cpcourse.planner.facts import dit_derived_costs, facts
 from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
+from cpcourse.planner.overheads import collective_latency, link_rate, split_ratio
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
 from cpcourse.planner.tokens import ModelPreset, as_preset
 from cpcourse.support.dtypes import nbytes
@@ -125,7 +133,7 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     eff, eff_source = kernel_efficiency(gpu.id, kernel)
     defaults = facts()["calculator_defaults"]
     matmul = gpu.bf16_tflops * 1e12 * float(defaults["matmul_efficiency"])
-    attn_rate = gpu.bf16_tflops * 1e12 * (eff or 0.0)
+    attn_rate = uncertainty.rate("kernel_share", gpu.bf16_tflops * 1e12 * (eff or 0.0))
     r, t = layout.ring, layout.tp
     n_seq, n_text = tok.sequence_length, tok.text_tokens
     cross = _cross_attention(model, tok)
@@ -142,9 +150,14 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     hbm = gpu.hbm_tbps * 1e12
     folds = layout.grid[1] - 1 if layout.grid else r - 1  # a grid's owner merges C partials
     merge_s = layers * folds * MERGE_BYTES_PER_ELEMENT * n * h / t / hbm
+    # attention cut into folds + 1 blocks costs more than fused (short kernels, a merge each):
+    # the H200's measured overhead, unless the merge's bytes alone cost more (fast edge: bytes)
+    split = split_ratio(folds + 1)[0] if folds else 1.0
+    if uncertainty.current() != "fast":
+        merge_s = max(merge_s, (split - 1.0) * attn_s)
     # norms, modulations, rotary, activations: memory-bound, at a copy's share of HBM (TP splits
     # some of these tensors and not others: not divided, an upper bound under TP)
-    elem_s = elem_bytes / (hbm * copy_efficiency()[0])
+    elem_s = elem_bytes / uncertainty.rate("elementwise", hbm * copy_efficiency()[0])
     return Compute(linear=linear_s, attention=attn_s, ring_merge=merge_s, elementwise=elem_s,
                    matmul_rate=matmul, attention_rate=attn_rate, kernel_efficiency=eff,
                    kernel_source=eff_source, derived=bool(derived))
@@ -155,7 +168,7 @@ class Communication:
     """Seconds one forward waits on its links (the docstring's ulysses, ring, tp and fsdp), the
     CFG exchange once per step, and the link each group crosses (None where it does not send)."""
 
-    ulysses: float
+    ulysses: float  # all-to-alls, bytes and latency (alpha), exposed
     ring_exposed: float
     tp_allreduce: float
     fsdp_exposed: float
@@ -163,6 +176,7 @@ class Communication:
     links: dict
     tp_all_reduces_per_forward: int
     attn2d: float = 0.0  # the grid's gathers and all-to-all, exposed (a ring layout: 0)
+    latency: float = 0.0  # of the terms above, what the collectives' alphas add per forward
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -170,8 +184,9 @@ class Communication:
 
 def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: Compute,
                  fsdp: bool) -> Communication:
-    """The communication terms, each on the link it crosses; the ring's hops and FSDP's gathers
-    hide behind `compute` (see the module docstring)."""
+    """The communication terms, each on the link it crosses, bytes over bandwidth plus each
+    collective's latency (`_alpha`); the ring's hops and FSDP's gathers hide behind `compute`
+    only as far as they are shorter (see the module docstring)."""
     c, r, u, t, world = layout.cfg, layout.ring, layout.ulysses, layout.tp, layout.world
     n = _tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
@@ -179,27 +194,35 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     ring_link = link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
     tp_link = link_for(t, gpus_per_node, gpu)
     world_link = link_for(world, gpus_per_node, gpu)
-    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / (uly_link.effective_gbps * 1e9)
-    ring_s = attn2d_s = 0.0
+    lat_a2a = layers * 4 * collective_latency("all_to_all", u)
+    uly_s = layers * 4 * (u - 1) / u * n * h / t * BYTES / link_rate(uly_link) + lat_a2a
+    ring_s = attn2d_s = lat_ring = 0.0
     if layout.grid:
+        rows, cols = layout.grid
         moved = tiling_bytes_per_rank("attn2d", tok.sequence_length, model.heads // (u * t),
                                       h // model.heads, r, layout.grid, BYTES)
-        attn2d_s = layers * moved / (ring_link.effective_gbps * 1e9)
+        # Q gathered along the row, K and V along the column, the partials home along the row
+        lat_ring = layers * 2 * (collective_latency("all_gather", cols)
+                                 + collective_latency("all_gather", rows))
+        attn2d_s = layers * moved / link_rate(ring_link) + lat_ring
     elif r > 1:
-        hop = 2 * n * h / t * BYTES / (ring_link.effective_gbps * 1e9)
+        hop = 2 * n * h / t * BYTES / link_rate(ring_link) + collective_latency("send_recv", 2)
         block = (4 * u * n * n * h / t / compute.attention_rate if compute.kernel_efficiency
                  else math.inf)
         ring_s = layers * (r - 1) * max(0.0, hop - block)
+        lat_ring = min(ring_s, layers * (r - 1) * collective_latency("send_recv", 2))
     reduces = model.tp_all_reduces_per_forward
-    tp_s = reduces * tp_allreduce_bytes(n, h, t) / (tp_link.effective_gbps * 1e9)
+    lat_tp = reduces * collective_latency("all_reduce", t)
+    tp_s = reduces * tp_allreduce_bytes(n, h, t) / link_rate(tp_link) + lat_tp
     fsdp_s = 0.0
     if fsdp and world > 1:
         gather = (model.block_params / layers * BYTES * (world - 1) / world
-                  / (world_link.effective_gbps * 1e9))
+                  / link_rate(world_link) + collective_latency("all_gather", world))
         layer_compute = (compute.linear + compute.attention) / layers
         fsdp_s = layers * max(0.0, gather - layer_compute)
     latent = tok.latent_frames * tok.latent_height * tok.latent_width * model.latent_channels
-    cfg_s = latent * BYTES / (world_link.effective_gbps * 1e9) if c == 2 else 0.0
+    cfg_s = (latent * BYTES / link_rate(world_link) + collective_latency("all_gather", 2)
+             if c == 2 else 0.0)
     links = {"ulysses": uly_link.id if u > 1 else None,
              "ring": ring_link.id if r > 1 and not layout.grid else None,
              "tp": tp_link.id if t > 1 else None, "cfg": world_link.id if c == 2 else None,
@@ -208,7 +231,8 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
         links["attn2d"] = ring_link.id
     return Communication(ulysses=uly_s, ring_exposed=ring_s, tp_allreduce=tp_s,
                          fsdp_exposed=fsdp_s, cfg_exchange=cfg_s, links=links,
-                         tp_all_reduces_per_forward=reduces if t > 1 else 0, attn2d=attn2d_s)
+                         tp_all_reduces_per_forward=reduces if t > 1 else 0, attn2d=attn2d_s,
+                         latency=lat_a2a + lat_ring + lat_tp)
 
 
 @dataclass(frozen=True)
@@ -310,6 +334,7 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
         **once_keys(once, mem.phase_parts, mem.pipeline, layout.world,
                     steps * step_s + sum(fixed.values())),
         "breakdown": {"per_forward_seconds": per_forward, "cfg_exchange_seconds": comm.cfg_exchange,
+                      "comm_latency_seconds": comm.latency,
                       "fixed_seconds": fixed, "memory_bytes": mem.parts(),
                       "memory_phases": mem.phases, "memory_phase_parts": mem.phase_parts,
                       "memory_counted": mem.counted, "released_dtypes": mem.released_dtypes,

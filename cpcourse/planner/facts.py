@@ -6,6 +6,10 @@
     published_runs.json             published multi-GPU generation times (the validation set)
     published_runs_holdout.json     runs found later, kept out of the validation set
     published_runs_settings.json    how each published run was made (FSDP, offloading, ...)
+    published_runs_provenance.json  per table: source_id, what its time includes, its kernel,
+                                    whether it is truly held out
+    published_runs_added.json       runs found for issue 44 from other sources (TensorRT-LLM's
+                                    Wan 2.2 A14B on B200 and GB200 NVL72), with the same fields
     vae_decode_flops.json           FLOPs per latent pixel of each decoder (tools/derive_vae_flops)
     vae_decode_measured.json        measured VAE decode times, for the decode's share of peak
     vae_decode_memory.json          the decoders' working memory (tools/derive_vae_memory)
@@ -48,10 +52,30 @@ def published_runs() -> dict:
 
 
 def holdout_runs() -> dict:
-    """Published runs in `published_runs`' format that the course found later and keeps out of
-    the validation set, to check that the planner carries over (xDiT's HunyuanVideo 960x960
-    table); each notes which code ran it and where a time repeats another table's."""
+    """Published runs in `published_runs`' format that the course found later and keeps apart
+    from the validation set (xDiT's HunyuanVideo 960x960 table); each notes which code ran it and
+    where a time repeats another table's. Not held out in the strict sense: same page, GPUs and
+    token count as a validation table, and read before the planner last changed
+    (`run_provenance`)."""
     return read("published_runs_holdout.json")
+
+
+def added_runs() -> dict:
+    """Published runs added from sources the planner was not built on ("about", "sources",
+    "runs"): `published_runs`' fields plus source_id, includes, kernel (with kernel_source),
+    held_out, and seconds_denoise where the source gives it."""
+    return read("published_runs_added.json")
+
+
+@lru_cache(maxsize=1)
+def run_provenance() -> dict:
+    """Per published table (`published_runs` and `holdout_runs` alike): its `source_id` (one
+    independent source, for leave-one-source-out validation), `includes` (which parts of a
+    generation its time covers: text_encode, denoise, vae_decode, first_call_warmup,
+    model_load; True, False or None where not stated), its attention `kernel` ("unknown" where
+    the source does not name it) with `kernel_source`, and `held_out`. Key "sources" describes
+    each source_id, key "tables" maps each table to its row."""
+    return read("published_runs_provenance.json")
 
 
 @lru_cache(maxsize=1)

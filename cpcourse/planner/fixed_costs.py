@@ -8,10 +8,14 @@ code that made the published runs, so they are the serial part of Amdahl's law:
     pipeline_hunyuan_video.py calls `self.vae.decode` with no rank test; xDiT's diffusers script
     asserts 'parallel VAE not implemented for HunyuanVideo').
 
-VAE decode = FLOPs / (peak x share). The FLOPs are counted from diffusers' own VAE class on the
-meta device (tools/derive_vae_flops.py -> data/vae_decode_flops.json). The share is not the matmul
-rate: a decode is 3D convolutions, group norms, pads and upsampling on huge activations, and
-published decode times show it reaching 10-16% of the bf16 peak. data/vae_decode_measured.json
+VAE decode: a roofline (`decode_roofline`), the longer of FLOPs over peak x a convolution's
+share and bytes over HBM bandwidth, both rates read from timed decodes (below). `vae_share`, the
+older rule (FLOPs / (peak x share), a share carried between GPUs), stays for comparison: it
+carries the H20's compute-bound 16% to an H100 whose decode is memory-bound (too fast).
+The FLOPs are counted from diffusers' own VAE class on the meta device
+(tools/derive_vae_flops.py -> data/vae_decode_flops.json). The share is not the matmul rate:
+a decode is 3D convolutions, group norms, pads and upsampling on huge activations, and published
+decode times show it reaching 10-16% of the bf16 peak. data/vae_decode_measured.json
 holds those times (each a whole decode on one GPU, timed by its source); the share of each is
     share = FLOPs(model, frames, height, width) / (seconds x bf16 peak of that GPU)
 and a GPU takes, in order: the share measured for that VAE family on that GPU, else on its
@@ -33,8 +37,9 @@ from __future__ import annotations
 
 import statistics
 
+from cpcourse.planner import uncertainty
 from cpcourse.planner.facts import vae_flops_table, vae_measurements
-from cpcourse.planner.hardware import get_gpu
+from cpcourse.planner.hardware import copy_efficiency, get_gpu
 from cpcourse.planner.parallel_vae import parallel_decode
 from cpcourse.planner.text_encoder import encode_cost, encode_flops
 from cpcourse.planner.tokens import ModelPreset, as_preset, model_tokens
@@ -90,6 +95,52 @@ def vae_share(model: ModelPreset | str, gpu_id: str) -> tuple[float, str]:
                    "data/vae_decode_measured.json that stand for their architecture")
 
 
+def _bytes_per_flop(m: dict) -> float:
+    """Bytes per FLOP that a decode would move if its measured time were all memory traffic at
+    a copy's share of its GPU's bandwidth: an upper bound on the decode's bytes per FLOP (a
+    decode that was compute-bound moved fewer)."""
+    tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
+    flops = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)
+    return m["seconds"] * get_gpu(m["gpu"]).hbm_tbps * 1e12 * copy_efficiency()[0] / flops
+
+
+def decode_roofline(model: ModelPreset | str, gpu_id: str, flops: float) -> dict:
+    """The VAE decode's seconds on this GPU by a roofline: the longer of its FLOPs over peak x
+    the share a decode reaches when compute-bound, and its bytes (FLOPs x bytes per FLOP) over
+    HBM bandwidth x a copy's share. Both rates come from the timed decodes
+    (data/vae_decode_measured.json), none a validation run:
+      share          the largest share of peak a timed decode reached (the H20's 16%: its peak
+                     is cut to 148 TFLOP/s while its 4 TB/s is kept, so its decode is
+                     compute-bound, and that share is a convolution's, not a memory's)
+      bytes per FLOP this VAE family's smallest `_bytes_per_flop` (the H200's: 4.8 TB/s under
+                     989 TFLOP/s, where the decode is memory-bound), else the smallest of all
+    The three timed decodes come back exactly (the H20 compute-bound, the two H200s
+    memory-bound), and a share measured on one GPU is not carried to another whose FLOP:byte
+    ratio differs. Edges (`cpcourse.planner.uncertainty`): fast, the largest share and the
+    smallest bytes per FLOP of any family; slow, the smallest share and the largest family's.
+    Keys: seconds, bound ("compute" or "memory"), share, bytes_per_flop, share_of_peak (the
+    share of bf16 peak the decode runs at here), source."""
+    g, fam = get_gpu(gpu_id), vae_family(model)
+    ms = vae_measurements()
+    shares = [measured_share(m) for m in ms]
+    per_family: dict[str, float] = {}
+    for m in ms:
+        per_family[m["family"]] = min(per_family.get(m["family"], 1e9), _bytes_per_flop(m))
+    beta_mid = per_family.get(fam, min(per_family.values()))
+    share = uncertainty.pick(max(shares), max(shares), min(shares))
+    beta = uncertainty.pick(beta_mid, min(per_family.values()), max(per_family.values()))
+    compute_s = flops / (g.bf16_tflops * 1e12 * share)
+    memory_s = flops * beta / (g.hbm_tbps * 1e12 * copy_efficiency()[0])
+    secs = max(compute_s, memory_s)
+    whose = "this VAE's" if fam in per_family else "no decode of this VAE timed: the smallest"
+    return {"seconds": secs, "bound": "compute" if compute_s >= memory_s else "memory",
+            "share": share, "bytes_per_flop": beta,
+            "share_of_peak": flops / (secs * g.bf16_tflops * 1e12),
+            "source": (f"roofline from {len(ms)} timed decodes (data/vae_decode_measured.json): "
+                       f"{share:.0%} of peak when compute-bound, {beta:.3f} bytes per FLOP "
+                       f"({whose}); here {'compute' if compute_s >= memory_s else 'memory'}-bound")}
+
+
 def fixed_seconds(model: ModelPreset | str, tok, gpu_id: str, matmul_rate: float,
                   prompts: int, *, text_encoder: str = "resident", text_encoder_bytes: float = 0.0,
                   vae_ranks: int = 1, gpus_per_node: int = 8, vae_elem_bytes: int = 2) -> dict:
@@ -101,8 +152,9 @@ def fixed_seconds(model: ModelPreset | str, tok, gpu_id: str, matmul_rate: float
     g = get_gpu(gpu_id)
     model = as_preset(model)
     vae = vae_decode_flops(model, tok.latent_frames, tok.latent_height * tok.latent_width)
-    share, source = vae_share(model, g.id) if vae is not None else (None, None)
-    serial_vae = vae / (g.bf16_tflops * 1e12 * share) if vae else 0.0
+    roof = decode_roofline(model, g.id, vae) if vae else None
+    share, source = (roof["share_of_peak"], roof["source"]) if roof else (None, None)
+    serial_vae = roof["seconds"] if roof else 0.0
     split = (parallel_decode(model, tok, g.id, vae_ranks, gpus_per_node, serial_vae,
                              vae_elem_bytes) if vae_ranks > 1 else None)
     enc = model.text_encoder

@@ -80,7 +80,7 @@ class Link:
 
 _ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
             "a800": "a800-80gb-sxm", "4090": "rtx4090"}
-KERNELS = ("fa2", "fa3", "sdpa")
+KERNELS = ("fa2", "fa3", "sdpa", "fa4", "cudnn")
 
 
 def _nvlink_id(g: dict) -> str | None:
@@ -111,15 +111,30 @@ def gpus() -> dict[str, GPU]:
     return out
 
 
+def same_die_run(gpu_id: str) -> dict | None:
+    """The `cpcourse bench gpu` run that stands for this GPU: one on it, else one on a GPU of
+    the same architecture and the same bf16 peak (the same die at the same clocks: the H100
+    SXM, H800 and H200 are one GH100 at 989 TFLOP/s; the H20's die is cut to 148 and is not
+    one of them), or None. A share of peak is the die's and the software's, not the memory's."""
+    g, runs = get_gpu(gpu_id), gpu_measured()
+    if g.id in runs:
+        return runs[g.id]
+    return next((run for gid, run in runs.items() if get_gpu(gid).arch == g.arch
+                 and get_gpu(gid).bf16_tflops == g.bf16_tflops), None)
+
+
 def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     """(share of bf16 peak, source) of `kernel` as `cpcourse bench gpu` measured it on this GPU
-    at Wan 14B's 720p sequence (40 heads of 128, 75,600 tokens), or None. "fa2" is SDPA's flash
-    kernel (FlashAttention-2); "sdpa" is whichever kernel SDPA chose there for an unmasked
-    attention (cuDNN's on an H200 with torch 2.11). FA3 itself was not installed: not measured."""
-    run = gpu_measured().get(get_gpu(gpu_id).id)
-    if run is None or kernel not in ("fa2", "sdpa"):
+    or one of the same die (`same_die_run`) at Wan 14B's 720p sequence (40 heads of 128,
+    75,600 tokens), or None. "fa2" is SDPA's flash kernel (FlashAttention-2); "sdpa" is
+    whichever kernel SDPA chose there for an unmasked attention (cuDNN's on an H200 with torch
+    2.11: so SDPA on an H100 with the same torch is cuDNN's rate too, one rate per die and
+    software); "cudnn" is SDPA's cuDNN backend. FA3 and FA4 were not installed: not
+    measured."""
+    run = same_die_run(gpu_id)
+    if run is None or kernel not in ("fa2", "sdpa", "cudnn"):
         return None
-    backend = "sdpa-flash" if kernel == "fa2" else next(
+    backend = {"fa2": "sdpa-flash", "cudnn": "sdpa-cudnn"}.get(kernel) or next(
         (m["sdpa_backend"] for m in run.get("models", []) if m.get("arch") == "wan"), None)
     row = next((r for r in run.get("kernels", {}).get("rates", [])
                 if r["backend"] == backend and r["shape"] == "full" and "share_of_peak" in r),
@@ -127,7 +142,9 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     if row is None:
         return None
     p = run["provenance"]
-    return row["share_of_peak"], (f"measured: {backend} at {row['tokens']:,} tokens, "
+    on = "" if p.get("gpu_id") == get_gpu(gpu_id).id else (
+        f" on the same die as the {get_gpu(gpu_id).name}")
+    return row["share_of_peak"], (f"measured{on}: {backend} at {row['tokens']:,} tokens, "
                                   f"{row['heads']} heads of {row['head_dim']}, on one {p['gpu']} "
                                   f"(torch {p['torch']}, {p['date'][:10]}; "
                                   "cpcourse/data/gpu_measured_h200.json)")
@@ -136,7 +153,8 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
 def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
     """(share of bf16 peak, source) that attention kernel `kernel` reaches on the GPU.
 
-    This course's own measurement on that GPU if there is one (`measured_kernel_share`), else a
+    This course's own measurement on that GPU or its die if there is one
+    (`measured_kernel_share`), else a
     published one on that GPU (the facts sheet's calculator_defaults.attention_kernels.by_gpu),
     else its architecture's value; None where the kernel does not run there (FA3 outside
     Hopper), with the reason as the source.
@@ -162,14 +180,30 @@ def default_kernel(gpu_id: str) -> str:
     runs; PyTorch's SDPA on a GPU where it does not.
 
     Why not FA3 on Hopper, the fastest kernel there (70% of an H100's peak against FA2's 35%)?
-    The published runs the planner is checked against were made with the released code, and
-    they agree with FA2: `cpcourse plan --validate` misses by a median 6% with FA2 on every
-    Hopper and by 21% with FA3 (every Hopper run then comes out 1.3-2.3x too fast). The
-    course's own H200 measurement puts FA2 at 36% of peak, the papers' 35%. FA3 stays one
-    `kernel=` away, and notebook 05 shows what it changes: twice the rate needs twice the
-    tokens per GPU to hide a ring hop.
+    The released code of the published runs requires flash-attn 2 (Wan's and HunyuanVideo's
+    requirements; xDiT's L20 runs name flash-attn 2.7.2). Said plainly: the choice was kept
+    while the validation errors were visible (with FA3 every Hopper run comes out 1.3-2.3x too
+    fast), so it is not independent of them; `cpcourse plan --validate` says so. The course's
+    own H200 measurement puts FA2 at 36% of peak, the paper's 35%. FA3 stays one `kernel=`
+    away, and notebook 05 shows what it changes: twice the rate needs twice the tokens per GPU
+    to hide a ring hop.
     """
     return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
+
+
+def generation_kernel(gpu_id: str) -> tuple[str, str]:
+    """(kernel, source): the attention kernel a current deployment on this GPU's generation
+    uses when a run does not name one (facts sheet attention_kernels.by_generation): FA2 on
+    Ampere and Ada, FA3 on Hopper, FA4 on Blackwell. `default_kernel` stays FA2 wherever FA2
+    runs; this is the other assumption, for runs made with today's engines."""
+    row = facts()["calculator_defaults"]["attention_kernels"]["by_generation"][get_gpu(gpu_id).arch]
+    return row["kernel"], row["source"]
+
+
+def sdpa_by_torch() -> list[dict]:
+    """Which kernel PyTorch's SDPA runs, by torch version and GPU generation, each row sourced
+    (facts sheet attention_kernels.sdpa_by_torch)."""
+    return facts()["calculator_defaults"]["attention_kernels"]["sdpa_by_torch"]["rows"]
 
 
 @lru_cache(maxsize=1)

@@ -17,10 +17,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from cpcourse.planner.deployment import cost
-from cpcourse.planner.hardware import KERNELS, default_kernel, get_gpu, kernel_efficiency
+from cpcourse.planner.hardware import (
+    KERNELS,
+    default_kernel,
+    generation_kernel,
+    get_gpu,
+    kernel_efficiency,
+)
 from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
+from cpcourse.planner.uncertainty import interval
+from cpcourse.planner.uncertainty import sources as interval_sources
 from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import MAX_WORLD, Layout, layouts, with_attn2d
 
@@ -144,6 +152,7 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder)
     gpus, nodes, steps = _checked_counts(gpus, nodes, steps)
     g = get_gpu(gpu)
+    assumed = kernel == "auto"
     kernel = _checked_kernel(g, kernel)
     per_node = gpus // nodes
     args = (m, tok, g.id)
@@ -161,7 +170,8 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
         if lay.world != gpus:
             raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "
                              "degrees must multiply to the GPU count")
-        one = cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
+        one = _with_interval(cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how),
+                             args, lay, per_node, kernel, fsdp, steps, how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
                                                      *_grid_lines(m, tok, one),
                                                      _memory_line(one, g), *_once_lines(one)]
@@ -174,16 +184,47 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                          + "; ".join(sorted({c["reason"] for c in every})))
     pool = [c for c in valid if c["fits"]] or valid
     ranked = sorted(pool, key=lambda c: c["seconds_total"])
-    best = ranked[0]
+    best = _with_interval(ranked[0], args, Layout(**ranked[0]["layout"]), per_node, kernel,
+                          fsdp, steps, how)
     tie = [c for c in ranked[1:] if c["seconds_total"] <= best["seconds_total"] * (1 + TIE)]
     runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
                 "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
     reasons = _reasons(m, tok, g, best, tie, pool is valid)
+    if assumed:
+        reasons.append(_kernel_line(g, kernel, lambda k: cost_layout(
+            *args, Layout(**best["layout"]), per_node, k, fsdp, steps, **how)["seconds_total"],
+            best["seconds_total"]))
     return Plan(**head, best=best, reasoning=reasons, tie=[c["layout"] for c in tie],
                 runners_up=runners,
                 invalid=[{"layout": c["layout"], "reason": c["reason"]} for c in every
                          if not c["valid"]],
                 alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
+
+
+def _with_interval(c: dict, args, lay: Layout, per_node: int, kernel: str, fsdp: bool,
+                   steps: int, how: dict) -> dict:
+    """`c` (a valid costed layout) with `seconds_total_interval`: [lo, hi] seconds with every
+    uncertain input at its fast and its slow end (`cpcourse.planner.uncertainty`), and
+    `interval_inputs`, each input's range and source."""
+    if not c["valid"]:
+        return c
+    lo, hi = interval(lambda: cost_layout(*args, lay, per_node, kernel, fsdp, steps,
+                                          **how)["seconds_total"])
+    return {**c, "seconds_total_interval": [min(lo, c["seconds_total"]),
+                                            max(hi, c["seconds_total"])],
+            "interval_inputs": interval_sources()}
+
+
+def _kernel_line(g, kernel: str, price, seconds: float) -> str:
+    """Which kernel an `auto` plan assumed, and what the kernel a current engine runs on this
+    GPU's generation (`hardware.generation_kernel`) would give instead: the two assumptions
+    side by side, neither chosen by what the published runs show."""
+    gen, source = generation_kernel(g.id)
+    head = f"Kernel assumed: {kernel} (the default, `hardware.default_kernel`)"
+    if gen == kernel or kernel_efficiency(g.id, gen)[0] is None:
+        return head + "; a current engine on this generation runs the same."
+    return (head + f"; a current engine on {g.arch} runs {gen} ({source.split(';')[0]}): "
+            f"{price(gen):.0f} s instead of {seconds:.0f} s.")
 
 
 def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder) -> None:

@@ -117,7 +117,8 @@ class ModelPreset:
     ffn: int
     text_tokens: int
     text_joint: bool
-    cfg_forwards: int  # forwards per sampling step: 2 with real CFG, 1 when guidance-distilled
+    cfg_forwards: int  # forwards per sampling step: 2 with CFG, 3 with Open-Sora 2.0's 3-way
+    # guidance, 1 when guidance-distilled (`_forwards`)
     attention: str
     parallel: str
     default_height: int
@@ -136,6 +137,10 @@ class ModelPreset:
     tp_all_reduces_src: str | None  # where the blocks are not all alike, the facts sheet's count
     split_rule: tuple[str, str] | None  # (rule, source): how the released code splits the
     # sequence, where that constrains the layout
+    # how block_params was obtained: "derived: ..." (counted on diffusers' class, meta device)
+    # or "estimated: ..." with the reason; and where cfg_forwards was read
+    derivation: str = ""
+    cfg_forwards_src: str = ""
 
     @property
     def factored(self) -> bool:
@@ -172,9 +177,21 @@ def _pipeline_facts(m: dict, layers: int, text_joint: bool) -> dict:
     }
 
 
-def _preset(m: dict) -> ModelPreset:
+def _forwards(m: dict) -> tuple[int, str]:
+    """Forwards per sampling step and where that was read: the facts sheet's forwards_per_step
+    (read from each pipeline's sampler: 2 with CFG, 3 for Open-Sora 2.0's text + image
+    guidance, 1 guidance-distilled), else what its `cfg` text says."""
+    fwd = m.get("forwards_per_step")
+    if fwd:
+        return int(fwd["count"]), fwd["src"]
     cfg = m["cfg"].lower()
     distilled = cfg.startswith("guidance-distilled") or "cfg 1.0" in cfg
+    return (1 if distilled else 2), f"facts sheet cfg: {m['cfg']}"
+
+
+def _preset(m: dict) -> ModelPreset:
+    forwards, forwards_src = _forwards(m)
+    how = m.get("derivation") or {"kind": "estimated", "how": "no derivation recorded"}
     d = m["default"]
     text_tokens, text_joint = m.get("text_tokens") or 0, bool(m["text_joint"])
     cross = not text_joint and bool(text_tokens)
@@ -184,11 +201,12 @@ def _preset(m: dict) -> ModelPreset:
         patch=(m["patch"]["t"], m["patch"]["h"], m["patch"]["w"]),
         hidden=m["hidden"], heads=m["heads"], head_dim=m["head_dim"], layers=m["layers"],
         ffn=m.get("ffn") or 4 * m["hidden"], text_tokens=text_tokens, text_joint=text_joint,
-        cfg_forwards=1 if distilled else 2, attention=m["attention"], parallel=m["parallel"],
+        cfg_forwards=forwards, attention=m["attention"], parallel=m["parallel"],
         default_height=d["H"], default_width=d["W"], default_frames=d["F"],
         default_fps=d.get("fps"), rule=_rule_from_preset(m), src=m["src"],
         block_params=_block_params(m, m["hidden"], m["layers"], cross),
         **_pipeline_facts(m, m["layers"], text_joint),
+        derivation=f"{how['kind']}: {how['how']}", cfg_forwards_src=forwards_src,
     )
 
 

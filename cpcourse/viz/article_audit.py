@@ -15,6 +15,7 @@ import sys
 from cpcourse.planner.costs import comm, memory
 from cpcourse.planner.deployment import cost, tp_allreduce_bytes
 from cpcourse.planner.hardware import get_gpu, get_link
+from cpcourse.planner.overheads import collective_latency
 from cpcourse.planner.tokens import get_model, model_tokens, video_tokens
 from cpcourse.support.layout import Layout
 from cpcourse.viz import fmt
@@ -78,7 +79,9 @@ def tp_across_nodes(model_id: str = SEED_MODEL, cp: int = 8, tp: int = 2, gpu: s
         "layers": m.layers, "cfg_forwards": m.cfg_forwards,
     }
     for name, lk in links.items():
-        t = one * reduces / (lk.effective_gbps * 1e9)
+        # bytes over the link, plus each all-reduce's latency (as `cost` charges it)
+        t = one * reduces / (lk.effective_gbps * 1e9) + reduces * collective_latency("all_reduce",
+                                                                                  tp)
         out[f"allreduce_seconds_per_block_{name}"] = t / m.layers
         out[f"exposed_fraction_{name}"] = t / compute
         out[f"seconds_per_step_{name}"] = (c["forwards_per_step"] * (compute + waits + t)

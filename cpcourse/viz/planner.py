@@ -118,8 +118,10 @@ def validation_figure(v: dict, ncols: int = 4,
                       title: str = "Every published run beside cpcourse plan's prediction",
                       ) -> Figure:
     """One panel per table of `validate()`: published (black) and predicted (blue) seconds for
-    one video against the GPU count, log-log, with perfect scaling of the published one-GPU time
-    (grey) for scale, and each prediction's ratio to the published time written beside it.
+    one video against the GPU count, log-log, the prediction's interval shaded (every uncertain
+    input at either end: `cpcourse.planner.uncertainty`), with perfect scaling of the published
+    one-GPU time (grey) for scale,
+    and each prediction's ratio to the published time written beside it.
     `v` may also be `validate()["holdout"]` (the same keys)."""
     groups = tables(v)
     nrows = -(-len(groups) // ncols)
@@ -133,6 +135,10 @@ def validation_figure(v: dict, ncols: int = 4,
                 gid=f"ideal:{name}", label="published 1st point / P")
         ax.plot(gpus, pub, "-", color="k", lw=1.2)
         ax.plot(gpus, pred, "--", color="C0", lw=1.2)
+        if all("interval_s" in r for r in rows):  # every uncertain input at either end
+            ax.fill_between(gpus, [r["interval_s"][0] for r in rows],
+                            [r["interval_s"][1] for r in rows], color="C0", alpha=0.15, lw=0,
+                            gid=f"interval:{name}")
         for g, p_s, q_s in zip(gpus, pub, pred, strict=True):
             ax.plot([g], [p_s], "o", color="k", ms=5, gid=f"published:{name}:{g}")
             ax.plot([g], [q_s], "s", color="C0", ms=5, mfc="white",
@@ -158,9 +164,13 @@ def validation_figure(v: dict, ncols: int = 4,
     handles = [axes[0].plot([], [], "o-", color="k", ms=5)[0],
                axes[0].plot([], [], "s--", color="C0", ms=5, mfc="white")[0],
                axes[0].plot([], [], ":", color="0.6")[0]]
-    fig.legend(handles, ["published", "predicted (ratio to published beside it)",
-                         "published fewest-GPU time / P: perfect scaling"],
-               loc="outside lower center", ncols=3, fontsize=8)
+    labels = ["published", "predicted (ratio to published beside it)",
+              "published fewest-GPU time / P: perfect scaling"]
+    covered = v.get("interval_coverage")
+    if covered is not None:
+        handles.append(axes[0].fill_between([], [], [], color="C0", alpha=0.15, lw=0))
+        labels.append(f"interval (every input at either end): {covered:.0%} of published inside")
+    fig.legend(handles, labels, loc="outside lower center", ncols=2, fontsize=8)
     fig.suptitle(f"{title}: median |predicted / published - 1| = "
                  f"{v['median_abs_rel_error']:.1%}, worst {v['worst_abs_rel_error']:.1%}",
                  fontsize=10)

@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tools/ is the checkout's, not the package's
     sys.path.insert(0, str(ROOT))
 
+from cpcourse.planner.hardware import KERNELS  # noqa: E402
 from tools.gpu_check import attention as gpu_attention  # noqa: E402
 from tools.gpu_check import check as gpu  # noqa: E402
 from tools.gpu_check import kernels as gpu_kernels  # noqa: E402
@@ -75,7 +76,7 @@ def test_attention_part_covers_the_released_shapes_beside_the_planner(dry):
     for s in a["shapes"]:
         assert {r["kernel"] for r in s["rows"]} >= {"cpu-flash", "torch", "sdpa-math"}
         assert all(r["seconds"] > 0 for r in s["rows"]), s["rows"]
-        assert set(s["predicted"]) == {"fa2", "fa3", "sdpa"}
+        assert set(s["predicted"]) == set(KERNELS)  # fa2 fa3 sdpa fa4 cudnn
         for name, d in s["agreement"].items():  # float32 on the CPU: the kernels agree
             assert d["max_out_diff"] < 1e-4 and d["max_lse_diff"] < 1e-4, (name, d)
     masked = {s["model"]: s.get("masked") for s in a["shapes"]}

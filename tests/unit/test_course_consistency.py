@@ -58,9 +58,12 @@ def test_hide_threshold_is_the_same_in_05_and_10(link):
 
 
 def test_a_kernel_twice_as_fast_needs_twice_the_tokens():
+    """The threshold scales with the kernel's rate: FA3 (70%, the paper's) against FA2 (36%,
+    measured on the H200, the H100's die) needs 1.9x the tokens."""
     for link in ("nvlink4", "ib-ndr", "pcie5"):
-        fa2, fa3 = (costs.hide_threshold("h100", link, k)["tokens"] for k in ("fa2", "fa3"))
-        assert fa3 == pytest.approx(2 * fa2, abs=1)
+        fa2, fa3 = (costs.hide_threshold("h100", link, k) for k in ("fa2", "fa3"))
+        rate = fa3["attention_efficiency"] / fa2["attention_efficiency"]
+        assert fa3["tokens"] == pytest.approx(rate * fa2["tokens"], abs=1)
 
 
 def test_the_article_row_of_09_is_priced_like_plans_rows():

@@ -22,11 +22,17 @@ from cpcourse.planner.facts import (
     vae_flops_table,
     vae_measurements,
 )
-from cpcourse.planner.fixed_costs import measured_share, vae_decode_flops, vae_share
+from cpcourse.planner.fixed_costs import (
+    decode_roofline,
+    measured_share,
+    vae_decode_flops,
+    vae_share,
+)
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, get_link, kernel_efficiency
+from cpcourse.planner.overheads import collective_alpha, split_ratio
 from cpcourse.planner.plan import plan, validity
 from cpcourse.planner.tokens import model_tokens
-from cpcourse.planner.validation import validate
+from cpcourse.planner.validation import validate, warmup_share
 from cpcourse.support.errors import InputError
 from cpcourse.support.layout import Layout
 
@@ -62,11 +68,17 @@ def test_communication_terms_by_hand():
     nv = get_link("nvlink4")
     c = _c(HY, "ulysses=8")["breakdown"]["per_forward_seconds"]
     n = math.ceil(119056 / 8)
-    assert c["ulysses"] == pytest.approx(60 * 4 * 7 / 8 * n * 3072 * 2 / (nv.effective_gbps * 1e9))
+    floor = collective_alpha()[0]  # NCCL's floor per message; an all-to-all of 8 sends 7
+    assert c["ulysses"] == pytest.approx(60 * 4 * 7 / 8 * n * 3072 * 2 / (nv.effective_gbps * 1e9)
+                                         + 60 * 4 * 7 * floor)
     r = _c(HY, "ring=2,ulysses=4")["breakdown"]["per_forward_seconds"]
     n = math.ceil(119056 / 8)
     hbm = get_gpu("h100").hbm_tbps * 1e12
-    assert r["ring_merge"] == pytest.approx(60 * 1 * MERGE_BYTES_PER_ELEMENT * n * 3072 / hbm)
+    # the larger of the merge's bytes and the split overhead measured on the H200 (1.05x at 2)
+    merge_bytes = 60 * 1 * MERGE_BYTES_PER_ELEMENT * n * 3072 / hbm
+    assert r["ring_merge"] == pytest.approx(max(merge_bytes,
+                                                (split_ratio(2)[0] - 1) * r["attention"]))
+    assert split_ratio(2)[0] == pytest.approx(1.048, abs=1e-3)
     assert r["ring_exposed"] == 0  # a hop of 2 n hidden x 2 bytes hides behind its block
 
 
@@ -86,7 +98,8 @@ def test_tp_all_reduces_as_the_blocks_have_them():
     t = _c(WAN, "tp=4,ulysses=2")
     n = 75600 // 2
     nv = get_link("nvlink4")
-    want = 120 * 2 * 3 / 4 * n * 5120 * 2 / (nv.effective_gbps * 1e9)
+    want = (120 * 2 * 3 / 4 * n * 5120 * 2 / (nv.effective_gbps * 1e9)
+            + 120 * 2 * 3 * collective_alpha()[0])  # a ring all-reduce: 2 (T - 1) messages
     assert t["breakdown"]["per_forward_seconds"]["tp_allreduce"] == pytest.approx(want)
 
 
@@ -167,9 +180,14 @@ def test_validation_reports_every_published_run():
     # NCCL's 5 GB/s search figure for its link, which notebook 10 shows is too low for that box
     # (its K/V alone would take about as long as the published video); every other row holds a
     # tighter bar than the issue's.
+    # The miss is explained, not hidden by the limit: whether that box's GPUs talk peer to peer
+    # is the input that decides the row, and its published time lies inside the interval that
+    # prices the link both ways (`cpcourse.planner.uncertainty`).
     box = "wan2.1-t2v-1.3b-480p-4090"
     assert max(abs(r["ratio"] - 1) for r in v["rows"] if r["table"] != box) <= 0.3
     assert v["worst_abs_rel_error"] <= 0.5
+    worst = max(v["rows"], key=lambda r: abs(r["ratio"] - 1))
+    assert (worst["table"], worst["gpus"]) == (box, 8) and worst["covered"]
 
 
 def test_amdahl_fit_splits_a_time_into_serial_and_parallel():
@@ -235,7 +253,9 @@ def test_held_out_runs_are_predicted_apart_from_the_validation_set():
         assert row["published_s"] == run["seconds_total"] and row["layout"] == run["layout"]
         p = plan(run["model"], run["height"], run["width"], run["frames"], run["gpus"],
                  run["gpu"], steps=run["steps"], layout=Layout(**run["layout"]))
-        assert row["predicted_s"] == pytest.approx(p["seconds_total"])
+        # xDiT's times include the first call: its warm-up on top of the plan
+        warm = warmup_share()[0] * sum(p["breakdown"]["per_forward_seconds"].values())
+        assert row["predicted_s"] == pytest.approx(p["seconds_total"] + warm)
     errors = sorted(abs(r["ratio"] - 1) for r in v["holdout"]["rows"])
     assert v["holdout"]["median_abs_rel_error"] == pytest.approx(statistics.median(errors))
     assert v["holdout"]["worst_abs_rel_error"] == errors[-1]
@@ -298,16 +318,31 @@ def test_vae_share_of_peak_by_hand_from_the_measured_decodes():
         assert "median" in source
 
 
-def test_vae_decode_is_serial_and_priced_at_its_measured_share():
+def test_vae_decode_is_serial_and_priced_by_its_roofline():
     g = get_gpu("h100")
     vae = _flops(HY, 720, 1280, 129)
-    share = vae_share(HY, "h100")[0]
+    roof = decode_roofline(HY, "h100", vae)
     one, eight = _c(HY, "ulysses=1", per_node=1), _c(HY, "ulysses=8")
     for c in (one, eight):  # every rank decodes the whole video: P GPUs do not shorten it
-        assert c["breakdown"]["fixed_seconds"]["vae_decode"] == pytest.approx(
-            vae / (g.bf16_tflops * 1e12 * share))
-        assert c["breakdown"]["vae_share_of_peak"] == share
+        assert c["breakdown"]["fixed_seconds"]["vae_decode"] == pytest.approx(roof["seconds"])
+        assert c["breakdown"]["vae_share_of_peak"] == pytest.approx(
+            vae / (roof["seconds"] * g.bf16_tflops * 1e12))
     assert one["seconds_fixed"] == eight["seconds_fixed"]
+
+
+def test_the_decode_roofline_gives_back_every_timed_decode():
+    """Two rates (a compute share, bytes per FLOP per VAE family), both read from the timed
+    decodes, return each of them: the H20 compute-bound, the H200s memory-bound. Carried to an
+    H100 (less bandwidth, the same peak), the decode is slower than on the H200, not as fast."""
+    for m in vae_measurements():
+        tok = model_tokens(m["model"], m["height"], m["width"], m["frames"])
+        f = vae_decode_flops(m["model"], tok.latent_frames, tok.latent_height * tok.latent_width)
+        roof = decode_roofline(m["model"], m["gpu"], f)
+        assert roof["seconds"] == pytest.approx(m["seconds"], rel=1e-9)
+        assert roof["bound"] == ("compute" if m["gpu"] == "h20" else "memory")
+    f = _flops(WAN, 720, 1280, 81)
+    h100, h200 = decode_roofline(WAN, "h100", f), decode_roofline(WAN, "h200", f)
+    assert h100["seconds"] / h200["seconds"] == pytest.approx(4.8 / 3.35)
 
 
 def test_a_run_without_a_sourced_layout_is_priced_over_every_layout_it_could_have_used():

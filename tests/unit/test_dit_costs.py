@@ -51,3 +51,15 @@ def test_cogvideox_tokens_meet_every_block_weight():
         m = get_model(mid)
         want = m.layers * (4 * m.hidden ** 2 + 2 * m.hidden * m.ffn)
         assert abs(d[mid]["matmul_flops_per_token"] / 2 - want) < 0.01 * want, mid
+
+
+def test_a_class_built_by_the_tool_lands_on_its_derived_lines():
+    """LTX-Video 2B (built by the tool itself, not by cpcourse.models) at 9 frames, a length
+    neither derived point used."""
+    data = json.loads((ROOT / "cpcourse" / "data" / "dit_derived_costs.json").read_text())
+    d = data["models"]["ltx-video-2b"]
+    got = _tool().count("ltx-video-2b", "other", 9)
+    assert got["tokens"] not in {p["tokens"] for p in d["points"]}
+    for key in ("matmul_flops", "elementwise_bytes"):
+        want = d[f"{key}_per_token"] * got["tokens"] + d[f"{key}_fixed"]
+        assert abs(got[key] - want) <= 1e-6 * want, key

@@ -101,9 +101,9 @@ def test_rtx4090_peak_is_the_fp32_accumulate_rate():
 
 def test_kernel_table_by_architecture():
     kernels = facts()["calculator_defaults"]["attention_kernels"]["efficiency"]
-    assert set(kernels) == {"fa2", "fa3", "sdpa"}
+    assert set(kernels) == set(hardware.KERNELS) == {"fa2", "fa3", "sdpa", "fa4", "cudnn"}
     for arch in ("ampere", "ada"):
-        assert kernels["fa3"][arch] is None
+        assert kernels["fa3"][arch] is None and kernels["fa4"][arch] is None
     for gid in hardware.gpus():
         for k in ("fa2", "sdpa"):
             value, source = hardware.kernel_efficiency(gid, k)

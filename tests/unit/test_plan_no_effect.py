@@ -24,11 +24,13 @@ def _run(capsys, *argv):
 
 
 @pytest.mark.parametrize("argv, words", [
-    (["--model", "mochi-1", "--text-encoder", "cpu"], "mochi-1 has no text-encoder size"),
+    (["--model", "step-video-t2v-30b", "--text-encoder", "cpu"],
+     "step-video-t2v-30b has no text-encoder size"),
     (["--model", "cosmos-1.0-diffusion-7b", "--text-encoder", "freed"], "--text-encoder"),
-    (["--model", "ltx-video-13b", "--text-encoder-cpu"], "no text-encoder size"),
-    (["--model", "mochi-1", "--offload"], "--offload: mochi-1 has no text-encoder size"),
-    (["--model", "mochi-1", "--objective", "throughput", "--offload"], "offloading has no"),
+    (["--model", "cosmos-predict2-2b", "--text-encoder-cpu"], "no text-encoder size"),
+    (["--model", "open-sora-1.2-stdit3", "--offload"],
+     "--offload: open-sora-1.2-stdit3 has no text-encoder size"),
+    (["--model", "latte-xl-2", "--objective", "throughput", "--offload"], "offloading has no"),
     (["--model", "hunyuanvideo-13b", "--released"], "runs in bf16 throughout"),
 ])
 def test_flags_that_change_nothing_are_refused(capsys, argv, words):
