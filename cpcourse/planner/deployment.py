@@ -310,7 +310,8 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
     comm = comm_seconds(model, tok, gpu, layout, gpus_per_node, comp, fsdp)
     vae_ranks = layout.world if parallel_vae else 1
     mem = memory_bytes(model, tok, layout, fsdp, released, residency, vae_ranks)
-    forwards = model.cfg_forwards // layout.cfg
+    # 3-way guidance (Open-Sora 2.0) on 2 CFG groups: one group runs two forwards a step
+    forwards = -(-model.cfg_forwards // layout.cfg)
     per_forward = {"linear": comp.linear, "attention": comp.attention,
                    "ring_merge": comp.ring_merge, "ulysses": comm.ulysses,
                    "ring_exposed": comm.ring_exposed, "tp_allreduce": comm.tp_allreduce,
@@ -318,7 +319,7 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
     if layout.grid:  # a new key only where it applies: ring layouts keep their keys as they were
         per_forward["attn2d"] = comm.attn2d
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
-    prompts = 2 if model.cfg_forwards == 2 else 1
+    prompts = model.cfg_forwards  # one text encode per guided forward (Open-Sora 2.0: 3)
     once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts,
                          text_encoder=residency.place, vae_ranks=vae_ranks,
                          text_encoder_bytes=mem.pipeline["text_encoder_weights"],

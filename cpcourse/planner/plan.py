@@ -249,7 +249,7 @@ def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder)
 def _searched(gpus: int, m) -> list[Layout]:
     """Every layout of the GPUs, and each whose CP ring has 4 or more ranks once more per
     Attention2D grid of them (`with_attn2d`): where the ring is long, the grid moves less."""
-    found = layouts(gpus, None, cfg=m.cfg_forwards == 2)
+    found = layouts(gpus, None, cfg=m.cfg_forwards >= 2)
     return found + [g for lay in found if lay.ring >= 4 for g in with_attn2d(lay)]
 
 
@@ -290,8 +290,8 @@ def _memory_line(c: dict, g) -> str:
 def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
     lay = Layout(**best["layout"])
     per = best["breakdown"]["per_forward_seconds"]
-    pair = "one forward per step (guidance-distilled)" if m.cfg_forwards == 1 else \
-        "a CFG pair per step"
+    pair = {1: "one forward per step (guidance-distilled)", 2: "a CFG pair per step"}.get(
+        m.cfg_forwards, f"{m.cfg_forwards} guided forwards per step")
     out = [f"{m.name}: {tok.sequence_length:,} tokens; {m.heads} heads, {m.layers} layers; "
            f"{pair}.",
            f"{lay}: {best['seconds_per_step']:.3g} s per step ({best['forwards_per_step']} "
