@@ -112,7 +112,9 @@ def _balanced(work: list[int], world: int) -> list[list[int]]:
     owners: list[list[int]] = [[] for _ in range(world)]
     load = [0] * world
     for i in sorted(range(len(work)), key=lambda i: (-work[i], i)):
-        r = min((r for r in range(world) if len(owners[r]) < room[r]), key=lambda r: load[r])
+        # least loaded; on a tie the rank with fewer places left (it gets fewer cheap chunks)
+        r = min((r for r in range(world) if len(owners[r]) < room[r]),
+                key=lambda r: (load[r], room[r] - len(owners[r]), r))
         owners[r].append(i)
         load[r] += work[i]
     return [sorted(o) for o in owners]
