@@ -17,7 +17,8 @@ essentially no speedup at 1,536 tokens"). This module prices both with the plann
               the heads) and 1/P of the cache, so the cache attention divides by P too; the
               element-wise work that does not grow with the tokens does not divide; each
               collective pays a latency `alpha` on top of its bytes: 4 all-to-alls per layer
-              (Ulysses: the cache is head-sharded and never moves) or P - 1 hops per layer
+              (Ulysses: the cache is head-sharded and never moves; one alpha each, as NCCL
+              posts an all-to-all's P - 1 sends as one group) or P - 1 hops per layer
               (ring, pass-kv: each hop also carries that rank's shard of the cache, and hides
               behind attention over it as the chunk's own hop does)
     pipeline  the layers split into P stages (the busiest holds ceil(L / P)); a stage sends the
