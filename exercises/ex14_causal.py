@@ -1,8 +1,9 @@
 # Yours to edit. Generated from solutions/ex14_causal.py by tools/make_exercises.py
-# stub-sha256: 48d22c0f8a1d1b17 (how the generator tells your edits from its output)
+# stub-sha256: 4d0a88f60d92bfd3 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
-"""Exercises of notebook 14, autoregressive video under CP: the zigzag assignment of chunks to
-ranks, and a bug hunt in a ring that skips the blocks a rank does not need.
+"""Exercises of notebook 14, autoregressive video under CP: an assignment of chunks to ranks that
+keeps the tokens even and beats zigzag where zigzag is not perfect, and a bug hunt in a ring
+that skips the blocks a rank does not need.
 
     python -m pytest tests/graded --ex 14.1 --impl exercises
 
@@ -19,22 +20,24 @@ from cpcourse.attention import merge_attention
 from cpcourse.causal import rank_tokens
 
 
-def zigzag_assignment(n_chunks: int, world: int) -> list[list[int]]:
-    """The chunks (ascending ids) each of `world` ranks holds so that, under a block-causal
-    mask over `n_chunks` equal chunks (chunk i costs i + 1 units: it attends to itself and to
-    every earlier chunk), the ranks' work is as even as two contiguous runs per rank make it.
-
-    Cut 0 .. n_chunks - 1 into 2 * world contiguous runs as `torch.tensor_split` cuts (the
-    first n_chunks % (2 * world) runs one chunk longer). Which two runs each rank takes is for
-    you to work out: with n_chunks = 8 and world = 4 every rank must do 9 units.
+def balanced_assignment(n_chunks: int, world: int) -> list[list[int]]:
+    """The chunks (ascending ids) each of `world` ranks holds, under a block-causal mask over
+    `n_chunks` equal chunks (chunk i costs i + 1 units: it attends to itself and to every
+    earlier chunk), such that
+    - the tokens stay balanced: rank r holds as many chunks as `torch.tensor_split` gives it
+      (the first n_chunks % world ranks one more), so the linear layers and memory are even;
+    - the busiest rank's work is as low as you can make it, and never higher than zigzag's
+      (`cpcourse.causal.assign_chunks(n_chunks, world, "zigzag")`), which is perfect when
+      2 * world divides n_chunks but not otherwise: 10 chunks on 4 ranks give zigzag's busiest
+      rank 16 units where 15 is possible, 6 chunks on 4 ranks 9 where 6 is.
     1 <= world <= n_chunks. Example: (4, 2) -> [[0, 3], [1, 2]].
     """
     # Exercise 14.1: write your code here, then delete the raise.
     raise NotImplementedError(
-        "Exercise 14.1 zigzag_assignment: read notebook 14, \"Who computes what\". "
-        "Hint: the runs near the start are cheap and the runs near the end are dear. "
-        "Which run would you give the rank that holds the cheapest one, so that its "
-        "total is the average? (2 more: cpcourse.hint(\"14.1\"))"
+        "Exercise 14.1 balanced_assignment: read notebook 14, \"Who computes what\". "
+        "Hint: the chunk counts are fixed by the token rule; within them, place the "
+        "dearest chunks first, each where it hurts least. Which rank is that, and "
+        "which ranks may still take one? (2 more: cpcourse.hint(\"14.1\"))"
     )
 
 

@@ -1,5 +1,6 @@
-"""Exercises of notebook 14, autoregressive video under CP: the zigzag assignment of chunks to
-ranks, and a bug hunt in a ring that skips the blocks a rank does not need.
+"""Exercises of notebook 14, autoregressive video under CP: an assignment of chunks to ranks that
+keeps the tokens even and beats zigzag where zigzag is not perfect, and a bug hunt in a ring
+that skips the blocks a rank does not need.
 
     python -m pytest tests/graded --ex 14.1 --impl exercises
 
@@ -16,25 +17,38 @@ from cpcourse.attention import merge_attention
 from cpcourse.causal import rank_tokens
 
 
-def zigzag_assignment(n_chunks: int, world: int) -> list[list[int]]:
-    """The chunks (ascending ids) each of `world` ranks holds so that, under a block-causal
-    mask over `n_chunks` equal chunks (chunk i costs i + 1 units: it attends to itself and to
-    every earlier chunk), the ranks' work is as even as two contiguous runs per rank make it.
-
-    Cut 0 .. n_chunks - 1 into 2 * world contiguous runs as `torch.tensor_split` cuts (the
-    first n_chunks % (2 * world) runs one chunk longer). Which two runs each rank takes is for
-    you to work out: with n_chunks = 8 and world = 4 every rank must do 9 units.
+def balanced_assignment(n_chunks: int, world: int) -> list[list[int]]:
+    """The chunks (ascending ids) each of `world` ranks holds, under a block-causal mask over
+    `n_chunks` equal chunks (chunk i costs i + 1 units: it attends to itself and to every
+    earlier chunk), such that
+    - the tokens stay balanced: rank r holds as many chunks as `torch.tensor_split` gives it
+      (the first n_chunks % world ranks one more), so the linear layers and memory are even;
+    - the busiest rank's work is as low as you can make it, and never higher than zigzag's
+      (`cpcourse.causal.assign_chunks(n_chunks, world, "zigzag")`), which is perfect when
+      2 * world divides n_chunks but not otherwise: 10 chunks on 4 ranks give zigzag's busiest
+      rank 16 units where 15 is possible, 6 chunks on 4 ranks 9 where 6 is.
     1 <= world <= n_chunks. Example: (4, 2) -> [[0, 3], [1, 2]].
     """
     # BEGIN SOLUTION 14.1 | notebook 14, "Who computes what"
-    # | hint: the runs near the start are cheap and the runs near the end are dear. Which run
-    # | would you give the rank that holds the cheapest one, so that its total is the average?
-    # | hint2: 8 chunks, 4 ranks: 8 runs of one chunk, costing 1, 2, ..., 8. The pairs (0, 7),
-    # | (1, 6), (2, 5), (3, 4) each cost 9: rank r takes run r and run 2 * world - 1 - r.
-    # | hint3: runs = [t.tolist() for t in torch.arange(n_chunks).tensor_split(2 * world)];
-    # | return [runs[r] + runs[2 * world - 1 - r] for r in range(world)].
-    runs = [t.tolist() for t in torch.arange(n_chunks).tensor_split(2 * world)]
-    return [runs[r] + runs[2 * world - 1 - r] for r in range(world)]
+    # | hint: the chunk counts are fixed by the token rule; within them, place the dearest
+    # | chunks first, each where it hurts least. Which rank is that, and which ranks may still
+    # | take one?
+    # | hint2: 10 chunks, 4 ranks: counts 3, 3, 2, 2; costs 10, 9, ..., 1. Dealing the dearest
+    # | chunk to the least-loaded rank that still has room gives loads 15, 14, 13, 13: the two
+    # | ranks with a third chunk end up with the cheap ones.
+    # | hint3: room = [len(t) for t in torch.arange(n_chunks).tensor_split(world)]; for i from
+    # | n_chunks - 1 down to 0: r = the rank with len(mine[r]) < room[r] of least load (on a
+    # | tie, the one with fewer places left: 6 chunks on 4 ranks then reach 6, not 7); give it i.
+    room = [len(t) for t in torch.arange(n_chunks).tensor_split(world)]
+    mine: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in range(n_chunks - 1, -1, -1):  # the dearest chunk first
+        # least loaded; on a tie the rank with fewer places left (fewer cheap chunks to come)
+        r = min((r for r in range(world) if len(mine[r]) < room[r]),
+                key=lambda r: (load[r], room[r] - len(mine[r]), r))
+        mine[r].append(i)
+        load[r] += i + 1
+    return [sorted(m) for m in mine]
     # END SOLUTION
 
 

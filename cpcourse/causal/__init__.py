@@ -6,7 +6,7 @@
 Autoregressive video models (MAGI-1, CausVid, Self-Forcing) make a clip chunk after chunk; each
 chunk attends to itself and the chunks before it. Two questions CP must answer for them:
     chunks        the mask, and how dealing chunks out to ranks (contiguous, zigzag, striped,
-                  greedy) balances the work and wastes ring traffic
+                  greedy, balanced) balances the work and the tokens and wastes ring traffic
     attention_cp  the attention itself, on a skipping ring or an all-to-all that sends each
                   K/V chunk only where it is needed
     kvcache       streaming: where the cache lives (head-sharded under Ulysses, or by sequence

@@ -19,7 +19,7 @@ import torch
 
 from cpcourse.support.errors import positive_int, require
 
-SCHEMES = ("contiguous", "zigzag", "striped", "greedy")
+SCHEMES = ("contiguous", "zigzag", "striped", "greedy", "balanced")
 
 
 def chunk_of_frames(frames: int, chunk: int, tokens_per_frame: int) -> torch.Tensor:
@@ -103,12 +103,32 @@ def _greedy(work: list[int], world: int) -> list[list[int]]:
     return [sorted(o) for o in owners]
 
 
+def _balanced(work: list[int], world: int) -> list[list[int]]:
+    """`_greedy` under a count limit: rank r holds as many chunks as `torch.tensor_split` would
+    give it. With chunks of equal size (MagiAttention dispatches equal chunks) that keeps the
+    tokens, so the linear layers, activations and cache, even while the attention work is
+    evened out as far as the limit allows."""
+    room = [len(t) for t in torch.arange(len(work)).tensor_split(world)]
+    owners: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in sorted(range(len(work)), key=lambda i: (-work[i], i)):
+        # least loaded; on a tie the rank with fewer places left (it gets fewer cheap chunks)
+        r = min((r for r in range(world) if len(owners[r]) < room[r]),
+                key=lambda r: (load[r], room[r] - len(owners[r]), r))
+        owners[r].append(i)
+        load[r] += work[i]
+    return [sorted(o) for o in owners]
+
+
 def assign_chunks(n_chunks: int, world: int, scheme: str,
                   sizes: list[int] | None = None) -> list[list[int]]:
     """The chunks each of `world` ranks holds (ascending), under `scheme`:
     "contiguous" (runs of neighbours), "zigzag" (segments r and 2P-1-r of 2P runs), "striped"
     (chunk i to rank i mod P), "greedy" (largest remaining work to the least-loaded rank, work
-    from `sizes`, tokens per chunk, default all equal). Every rank gets at least one chunk."""
+    from `sizes`, tokens per chunk, default all equal: balances attention only, a rank may hold
+    many more chunks than another), "balanced" (greedy, but rank r holds as many chunks as
+    `torch.tensor_split` gives it, as MagiAttention's dispatch solver keeps equal chunk counts
+    so that linear layers and memory stay even). Every rank gets at least one chunk."""
     n_chunks = positive_int("n_chunks", n_chunks)
     world = positive_int("world", world)
     require(scheme in SCHEMES, f"scheme must be one of {', '.join(SCHEMES)}, got {scheme!r}")
@@ -125,6 +145,8 @@ def assign_chunks(n_chunks: int, world: int, scheme: str,
         return [seg[r] + seg[2 * world - 1 - r] for r in range(world)]
     if scheme == "striped":
         return [list(range(r, n_chunks, world)) for r in range(world)]
+    if scheme == "balanced":
+        return _balanced(chunk_work(sizes), world)
     return _greedy(chunk_work(sizes), world)
 
 

@@ -135,3 +135,18 @@ def test_run_causal_refuses_before_any_process_starts():
         run_causal(2, frames=4, chunk=5)
     with pytest.raises(InputError, match="heads"):
         run_causal(2, heads=0)
+
+
+@given(st.lists(st.integers(1, 9), min_size=1, max_size=14), worlds)
+def test_balanced_keeps_the_token_split_and_never_loses_to_zigzag(sizes, world):
+    """Chunk counts per rank as torch.tensor_split gives them (MagiAttention's |B_j| = n / P),
+    and, for equal chunks, a busiest rank no busier than zigzag's."""
+    n = len(sizes)
+    if world > n:
+        return
+    got = causal.assign_chunks(n, world, "balanced", sizes)
+    assert [len(m) for m in got] == [len(t) for t in torch.arange(n).tensor_split(world)]
+    equal = [1] * n
+    mine = max(causal.rank_work(causal.assign_chunks(n, world, "balanced"), equal))
+    assert mine <= max(causal.rank_work(causal.assign_chunks(n, world, "zigzag"), equal))
+
