@@ -234,7 +234,7 @@ def course_root() -> Path:
     the package was installed from (editable), else the nearest parent of the working directory."""
     env = os.environ.get("CPCOURSE_ROOT")
     candidates = [Path(env)] if env else []
-    candidates.append(Path(__file__).resolve().parents[1])
+    candidates.append(Path(__file__).resolve().parents[2])  # cpcourse/course/stubs.py -> repo
     cwd = Path.cwd().resolve()
     candidates += [cwd, *cwd.parents]
     for c in candidates:

@@ -3,6 +3,7 @@ that fails after the work is one InputError line, never a traceback or a half-wr
 
 import os
 import sys
+from pathlib import Path
 from unittest import mock
 
 import pytest
@@ -170,7 +171,9 @@ def test_vae_checks_save_before_the_decode(capsys, tmp_path):
 
 def test_bench_gpu_out_refused_before_work_and_leaves_no_folder(tmp_path, monkeypatch):
     """Probe C1, C2, #4: `bench gpu --out a/b/`, a link, an existing file: nothing made."""
-    from cpcourse.bench import gpu
+    root = str(Path(__file__).resolve().parents[2])  # tools/ is the checkout's
+    monkeypatch.syspath_prepend(root)
+    from tools.gpu_check import check as gpu
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "g.json").write_text("precious")
