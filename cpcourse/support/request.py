@@ -22,12 +22,13 @@ MAX_NPROC = 64  # local ranks, as `cpcourse.launch` allows
 
 
 def flag(default=dataclasses.MISSING, help: str = "", *, choices=None, acts: str = ALWAYS,
-         cli: bool = True, metavar: str | None = None):
+         cli: bool = True, metavar: str | None = None, spelled: tuple[str, ...] = ()):
     """A Request field and its flag. `acts`: ALWAYS, or the name of a condition the Request's
     `conditions()` defines (the flag is refused when given where it cannot act). `cli=False`
-    keeps a field out of the command line (a notebook-only knob)."""
+    keeps a field out of the command line (a notebook-only knob). `spelled`: the option
+    strings when they are not `--field-name` (a flag older than its field keeps its name)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "acts": acts,
-            "cli": cli, "metavar": metavar}
+            "cli": cli, "metavar": metavar, "spelled": tuple(spelled)}
     return dataclasses.field(default=default, metadata=meta)
 
 
