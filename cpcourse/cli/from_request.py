@@ -75,7 +75,9 @@ def _parse_type(annotation):
 
 
 def _cli_fields(request_cls) -> list:
-    return [f for f in fields(request_cls) if f.metadata.get("cli", True)]
+    """The fields a command line sets: not the notebook-only ones, not those derived in
+    `__post_init__` (init=False)."""
+    return [f for f in fields(request_cls) if f.init and f.metadata.get("cli", True)]
 
 
 def mode_table(request_cls, skip=()) -> dict[str, str]:

@@ -29,61 +29,33 @@ import json
 
 from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
+from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import SPLITS
-from cpcourse.runs.generate import check_request, run_generate
-from cpcourse.support.errors import InputError, positive_float, require
+from cpcourse.runs.generate import GenerateRequest
+from cpcourse.support.errors import InputError, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 from cpcourse.support.tolerance import describe
-from cpcourse.tinydit.model import ATTENTIONS
-from cpcourse.tinydit.sampling import DTYPES
-from cpcourse.tinydit.training import SAMPLE_STEPS
-from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags of one clip are GenerateRequest's fields (`cpcourse.cli.from_request`); the
+    other modes' flags and the files follow."""
     from cpcourse.support.errors import ArgumentParser
 
     p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
-    p.add_argument("--prompt", default=None,
-                   help="what the trained model draws, e.g. circle-right (--list-prompts)")
     p.add_argument("--list-prompts", action="store_true", help="print the prompt ids and stop")
-    p.add_argument("--weights", default="shipped",
-                   help="shipped (default), a file from `cpcourse train`, or random")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="processes (CP degree), default 2 (with --layout: its world size)")
-    p.add_argument("--layout", default=None,
-                   help="a mesh, e.g. cfg=2,ulysses=2,ring=1,tp=1 (degrees multiply to --nproc)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    add_request_flags(p, GenerateRequest)
     p.add_argument("--save", default=None,
                    help="write the clip [T, 3, H, W] (random weights: the latents) here")
     p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
     p.add_argument("--force", action="store_true",
                    help="--save/--gif may replace an existing file (else refused)")
-    p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
-    p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
-    p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
-    p.add_argument("--steps", type=int, default=None,
-                   help=f"Euler steps (default {SAMPLE_STEPS}; random: 4)")
-    p.add_argument("--cfg-scale", "--cfg", dest="cfg", type=float, default=None,
-                   help="guidance scale (default 4)")
-    p.add_argument("--label", type=int, default=None,
-                   help="class id for --weights random (default 3)")
-    p.add_argument("--attention", choices=ATTENTIONS, default=None,
-                   help="random weights only: factored (default) or full")
-    p.add_argument("--temporal", choices=TEMPORAL_METHODS, default=None,
-                   help="temporal attention under CP, with --attention factored (all_to_all)")
-    p.add_argument("--full", choices=FULL_METHODS, default=None,
-                   help="3D attention under CP, for full attention (ring)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--compare", action="store_true",
-                   help="also sample in this process and report the largest difference")
     p.add_argument("--compare-to", default=None,
                    help="a file an earlier --save wrote: report the largest difference")
     _long_video_flags(p)
     _approx_flags(p)
-    p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
     _causal_flags(p)
     p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
                    help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
@@ -129,18 +101,14 @@ def _causal_flags(p: argparse.ArgumentParser) -> None:
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
-MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc": "clips",
-              "seed": "clips", "save": "clips", "gif": "trained", "frames": "plain",
-              "height": "plain", "width": "plain", "steps": "clips", "cfg": "clips",
-              "dtype": "clips", "compare": "clips", "timeout": "clips", "window": "plain",
-              "causal": "clips", "kv_cache": "causal", "chunk": "causal",
-              "prompt": "trained", "label": "random", "attention": "random_clip",
-              "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
-              "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
-              "parallel": "windows", "approx": "trained", "warmup": "approx",
-              "patches": "pipefusion", "split": "approximate", "cache": "trained",
-              "cache_threshold": "cache", "force": "writes"}
-MODE_FLAGS["comm_dtype"] = "comm"
+# GenerateRequest's fields say theirs; the other modes' flags are listed here.
+MODE_FLAGS = mode_table(GenerateRequest) | {
+    "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
+    "compare_to": "one_clip", "window": "plain", "stride": "windows", "blend": "windows",
+    "noise": "windows", "parallel": "windows", "approx": "trained", "warmup": "approx",
+    "patches": "pipefusion", "split": "approximate", "cache": "trained",
+    "cache_threshold": "cache", "causal": "clips", "kv_cache": "causal", "chunk": "causal",
+    "comm_dtype": "comm"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -187,7 +155,6 @@ def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.cli.clip_files import write_outputs
     from cpcourse.cli.generate_causal import main_causal
     from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
@@ -214,22 +181,30 @@ def main(argv: list[str]) -> int:
         from cpcourse.cli.generate_comm import main_comm
 
         return main_comm(args)
-    other, layout = _check_one_clip(args)
-    run = dict(prompt=args.prompt, weights=args.weights, frames=args.frames,
-               height=args.height, width=args.width, steps=args.steps, cfg_scale=args.cfg,
-               label=args.label, attention=args.attention,
-               temporal_method=args.temporal or "all_to_all", full_method=args.full or "ring",
-               dtype=args.dtype, layout=layout)
-    request = check_request(args.nproc, args.seed, **run)
+    return main_one_clip(args)
+
+
+def main_one_clip(args: argparse.Namespace) -> int:
+    """One clip by exact CP: the Request (checked), the --compare-to file, the run, the files."""
+    from cpcourse.cli.clip_files import check_outputs, load_compare, write_outputs
+    from cpcourse.runs.generate import run
+
+    if args.attention == "factored" and args.full_method is not None:
+        raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
+                         "(factored attention takes --temporal)")
+    if args.attention == "full" and args.temporal_method is not None:
+        raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
+                         "factored (full attention takes --full)")
+    check_outputs(args)
+    other = load_compare(args.compare_to) if args.compare_to else None
+    req = GenerateRequest(**request_values(GenerateRequest, args))
     if other is not None:  # the run's shape is known before it starts
-        made = request.output_shape
-        require(tuple(other.shape) == made, f"--compare-to {args.compare_to} holds a tensor of "
-                f"shape {tuple(other.shape)}, this run makes {made}")
-    what = (f"{request.prompt or 'the random model'}, {request.steps} denoising steps"
-            + (", then one process to compare" if args.compare else ""))
-    with running(request.nproc, what):
-        res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
-                           stream=rank_lines if args.json else True, **run)
+        require(tuple(other.shape) == req.output_shape, f"--compare-to {args.compare_to} holds "
+                f"a tensor of shape {tuple(other.shape)}, this run makes {req.output_shape}")
+    what = (f"{req.prompt or 'the random model'}, {req.steps} denoising steps"
+            + (", then one process to compare" if req.compare else ""))
+    with running(req.nproc, what):
+        res = run(req, stream=rank_lines if args.json else True)
     report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
@@ -238,33 +213,8 @@ def main(argv: list[str]) -> int:
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0
-    _print_report(args, report, layout)
+    _print_report(args, report, req.layout)
     return 0
-
-
-def _check_one_clip(args: argparse.Namespace) -> tuple:
-    """The flags of a one-clip run checked (and args.timeout, args.nproc filled in) before
-    anything starts: (the --compare-to tensor or None, the --layout Layout or None)."""
-    from cpcourse.cli.clip_files import check_outputs, load_compare
-
-    args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
-                                  high=3600)
-    if args.attention == "factored" and args.full is not None:
-        raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
-                         "(factored attention takes --temporal)")
-    if args.attention == "full" and args.temporal is not None:
-        raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
-                         "factored (full attention takes --full)")
-    check_outputs(args)
-    other = load_compare(args.compare_to) if args.compare_to else None
-    layout = None
-    if args.layout is not None:
-        from cpcourse.support.layout import Layout
-
-        layout = Layout.parse(args.layout)
-        args.nproc = layout.world if args.nproc is None else args.nproc
-    args.nproc = 2 if args.nproc is None else args.nproc
-    return other, layout
 
 
 def _print_report(args: argparse.Namespace, report: dict, layout) -> None:

@@ -15,8 +15,9 @@ from cpcourse.support.errors import InputError, positive_float
 from cpcourse.support.modes import given, option
 
 # What an approximate run does not take: exact CP's methods, meshes, windows, other sizes.
-NOT_HERE = ("weights", "layout", "temporal", "full", "compare_to", "window", "stride", "blend",
-            "noise", "parallel", "frames", "height", "width", "dtype", "label", "attention")
+NOT_HERE = ("weights", "layout", "temporal_method", "full_method", "compare_to", "window",
+            "stride", "blend", "noise", "parallel", "frames", "height", "width", "dtype",
+            "label", "attention")
 
 
 def main_approx(parser, args) -> int:
@@ -35,7 +36,7 @@ def main_approx(parser, args) -> int:
         2 if args.nproc is None else args.nproc, args.seed, prompt=args.prompt,
         approx=args.approx, warmup=0 if args.warmup is None else args.warmup,
         patches=args.patches, split=args.split or "time", cache=args.cache,
-        cache_threshold=args.cache_threshold, steps=args.steps, cfg_scale=args.cfg)
+        cache_threshold=args.cache_threshold, steps=args.steps, cfg_scale=args.cfg_scale)
     with running(request.run.nproc, f"{args.prompt} with {args.approx or 'exact CP'}"
                  + (f", cache {args.cache}" if args.cache else "")):
         results = launch_approx(request, timeout=timeout, stream=rank_lines if args.json else True)

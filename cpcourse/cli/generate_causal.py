@@ -22,7 +22,7 @@ def main_causal(args) -> int:
     check_outputs(args)
     args.nproc = 2 if args.nproc is None else args.nproc
     run = dict(prompt=args.prompt, weights=args.weights, kv_cache=args.kv_cache or "pass-q",
-               chunk=args.chunk, steps=args.steps, cfg_scale=args.cfg, dtype=args.dtype)
+               chunk=args.chunk, steps=args.steps, cfg_scale=args.cfg_scale, dtype=args.dtype)
     request = check_stream(args.nproc, args.seed, **run)  # every refusal before a process starts
     # 120 s holds the default steps on 2 loaded cores; more steps take longer, not a deadlock
     default = min(3600.0, 120.0 * max(1.0, request.steps / SAMPLE_STEPS))

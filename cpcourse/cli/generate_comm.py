@@ -18,9 +18,9 @@ def main_comm(args: argparse.Namespace) -> int:
 
     fixed = [f for f, v in (("--frames", args.frames), ("--height", args.height),
                             ("--width", args.width), ("--steps", args.steps),
-                            ("--cfg-scale", args.cfg), ("--save", args.save),
+                            ("--cfg-scale", args.cfg_scale), ("--save", args.save),
                             ("--gif", args.gif), ("--compare-to", args.compare_to),
-                            ("--full", args.full), ("--temporal", args.temporal))
+                            ("--full", args.full_method), ("--temporal", args.temporal_method))
              if v is not None] + (["--dtype"] if args.dtype != "fp32" else [])
     require(not fixed, f"{fixed[0] if fixed else ''} has no effect with --comm-dtype: it "
             "samples the shipped model at its own size and settings in fp32; drop it")

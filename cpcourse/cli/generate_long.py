@@ -24,7 +24,7 @@ def main_long(args) -> int:
     run = dict(prompt=args.prompt, weights=args.weights, frames=frames, height=args.height,
                width=args.width, window=args.window, stride=stride, blend=args.blend,
                noise=args.noise, parallel=args.parallel, steps=args.steps,
-               cfg_scale=4.0 if args.cfg is None else args.cfg, label=args.label,
+               cfg_scale=4.0 if args.cfg_scale is None else args.cfg_scale, label=args.label,
                dtype=args.dtype)
     request = check_request(args.nproc, args.seed, **run)  # every refusal before a line
     with running(request.nproc, f"{frames} frames in windows of {args.window}"):

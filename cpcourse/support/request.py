@@ -42,7 +42,7 @@ def check_common(req) -> None:
     field's declared `choices`. Library words (the parameter's name), not flags."""
     for f in fields(type(req)):
         value, choices = getattr(req, f.name), f.metadata.get("choices")
-        if choices and value not in choices:
+        if choices and value is not None and value not in choices:  # None: left unset
             raise_choice(f.name, value, choices)
     if hasattr(req, "nproc"):
         whole("nproc", req.nproc, high=MAX_NPROC)
