@@ -31,20 +31,31 @@ def build_parser(prog: str, request_cls, description: str) -> ArgumentParser:
     return p
 
 
-def add_request_flags(p, request_cls, skip=(), unset: bool = False) -> None:
+def options(request_cls) -> list[str]:
+    """The option strings of `request_cls`'s command-line fields (`--frames`, `--cfg`...)."""
+    return [o for f in _cli_fields(request_cls) for o in options_of(f)]
+
+
+def options_of(f) -> tuple[str, ...]:
+    return f.metadata.get("spelled") or (flag_name(f.name),)
+
+
+def add_request_flags(p, request_cls, skip=(), unset: bool = False, selects=()) -> None:
     """Add a flag per command-line field of `request_cls` to `p`, but those in `skip` (a
     command whose other modes share the flag spells it itself). `unset`: every default None,
-    so a command can tell a flag typed from one left out (`cpcourse train` without --nproc)."""
+    so a command can tell a flag typed from one left out (`cpcourse train` without --nproc);
+    the Request's default is shown in the help, but for the flags that pick the mode (those
+    acting always, and `selects`)."""
     for f in _cli_fields(request_cls):
         if f.name in skip:
             continue
         meta = f.metadata
-        flags = meta.get("spelled") or (flag_name(f.name),)
+        flags = options_of(f)
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
         # a default is shown where it applies: not for a flag that picks a mode (`unset`)
         hidden = required or default is None or isinstance(default, bool) or (
-            unset and meta.get("acts", ALWAYS) == ALWAYS)
+            unset and (meta.get("acts", ALWAYS) == ALWAYS or f.name in selects))
         shown = "" if hidden else f" ({default})"
         boolean = f.type in ("bool", bool)
         if unset:  # the Request's default fills in what the command line leaves out

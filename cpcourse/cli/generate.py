@@ -34,9 +34,13 @@ from cpcourse.cli.progress import rank_lines, running
 from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import SPLITS
 from cpcourse.runs.generate import GenerateRequest
+from cpcourse.runs.long_video import LongVideoRequest
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.support.request import fields
 from cpcourse.support.tolerance import describe
+
+ONE_CLIP = {f.name for f in fields(GenerateRequest)}  # the flags every kind of clip shares
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="--save/--gif may replace an existing file (else refused)")
     p.add_argument("--compare-to", default=None,
                    help="a file an earlier --save wrote: report the largest difference")
-    _long_video_flags(p)
+    # --window W: the flags of `cpcourse.runs.long_video.LongVideoRequest` (its fields)
+    add_request_flags(p, LongVideoRequest, skip=ONE_CLIP, unset=True, selects=("window",))
     _approx_flags(p)
     _causal_flags(p)
     p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
@@ -62,17 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
                         "--compare: PSNR vs the exact clip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
-
-
-def _long_video_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--window", type=int, default=None,
-                   help="long video: denoise overlapping windows of W frames and blend them")
-    p.add_argument("--stride", type=int, default=None,
-                   help="frames between window starts (default W / 2)")
-    p.add_argument("--blend", choices=("pyramid", "flat"), default="pyramid")
-    p.add_argument("--noise", choices=("independent", "freenoise"), default="independent")
-    p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
-                   help="whole windows per rank (windows), or each window under CP (cp)")
 
 
 def _approx_flags(p: argparse.ArgumentParser) -> None:
@@ -102,10 +96,9 @@ def _causal_flags(p: argparse.ArgumentParser) -> None:
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
 # GenerateRequest's fields say theirs; the other modes' flags are listed here.
-MODE_FLAGS = mode_table(GenerateRequest) | {
+MODE_FLAGS = mode_table(GenerateRequest) | mode_table(LongVideoRequest, skip=ONE_CLIP) | {
     "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
-    "compare_to": "one_clip", "window": "plain", "stride": "windows", "blend": "windows",
-    "noise": "windows", "parallel": "windows", "approx": "trained", "warmup": "approx",
+    "compare_to": "one_clip", "approx": "trained", "warmup": "approx",
     "patches": "pipefusion", "split": "approximate", "cache": "trained",
     "cache_threshold": "cache", "causal": "clips", "kv_cache": "causal", "chunk": "causal",
     "comm_dtype": "comm"}
@@ -156,7 +149,6 @@ def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
 
 def main(argv: list[str]) -> int:
     from cpcourse.cli.generate_causal import main_causal
-    from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
     parser = build_parser()
@@ -175,7 +167,6 @@ def main(argv: list[str]) -> int:
 
         return main_approx(parser, args)
     if args.window is not None:
-        args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
     if args.comm_dtype is not None:
         from cpcourse.cli.generate_comm import main_comm
@@ -186,7 +177,7 @@ def main(argv: list[str]) -> int:
 
 def main_one_clip(args: argparse.Namespace) -> int:
     """One clip by exact CP: the Request (checked), the --compare-to file, the run, the files."""
-    from cpcourse.cli.clip_files import check_outputs, load_compare, write_outputs
+    from cpcourse.cli.clip_files import check_outputs, load_compare
     from cpcourse.runs.generate import run
 
     if args.attention == "factored" and args.full_method is not None:
@@ -205,15 +196,34 @@ def main_one_clip(args: argparse.Namespace) -> int:
             + (", then one process to compare" if req.compare else ""))
     with running(req.nproc, what):
         res = run(req, stream=rank_lines if args.json else True)
-    report = res["report"]
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
-        report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
+        res["report"]["max_abs_diff_vs_compare"] = float((other - out).abs().max())
+    return finish(args, res, out, lambda report: _print_report(args, report, req.layout))
+
+
+def main_long(args: argparse.Namespace) -> int:
+    """`--window W`: a video longer than the model's window, from overlapping windows."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.long_video import print_report, run
+
+    check_outputs(args)
+    req = LongVideoRequest(**request_values(LongVideoRequest, args))  # every refusal first
+    with running(req.nproc, f"{req.frames} frames in windows of {req.window}"):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"] if res["clip"] is not None else res["latents"],
+                  print_report)
+
+
+def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
+    """Write --gif and --save, then print the report (one JSON object with --json)."""
+    from cpcourse.cli.clip_files import write_outputs
+
     write_outputs(args, res, out)
     if args.json:
-        print(json.dumps(report, allow_nan=False))
-        return 0
-    _print_report(args, report, req.layout)
+        print(json.dumps(res["report"], allow_nan=False))
+    else:
+        print_report(res["report"])
     return 0
 
 
