@@ -27,16 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 
-from cpcourse.approx import CACHES, METHODS
 from cpcourse.causal import DESIGNS
 from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.fp8_comm import COMM_DTYPES
-from cpcourse.runs.approx import SPLITS
+from cpcourse.runs.approx import ApproxRequest
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.runs.long_video import LongVideoRequest
 from cpcourse.support.errors import InputError, require
-from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.support.modes import ALWAYS, given, refuse_inactive
 from cpcourse.support.request import fields
 from cpcourse.support.tolerance import describe
 
@@ -60,29 +59,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a file an earlier --save wrote: report the largest difference")
     # --window W: the flags of `cpcourse.runs.long_video.LongVideoRequest` (its fields)
     add_request_flags(p, LongVideoRequest, skip=ONE_CLIP, unset=True, selects=("window",))
-    _approx_flags(p)
+    # --approx METHOD or --cache fbcache: the flags of `cpcourse.runs.approx.ApproxRequest`
+    add_request_flags(p, ApproxRequest, skip=ONE_CLIP, unset=True, selects=("approx", "cache"))
     _causal_flags(p)
     p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
                    help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
                         "--compare: PSNR vs the exact clip)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
-
-
-def _approx_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--approx", choices=METHODS, default=None,
-                   help="approximate CP: stale or missing remote activations (--compare: vs exact)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="--approx: synchronous (exact) steps first (default 0)")
-    p.add_argument("--patches", type=int, default=None,
-                   help="--approx pipefusion: frame patches through the stages (default 2)")
-    p.add_argument("--split", choices=SPLITS, default=None,
-                   help="--approx: what a rank holds, frames (time, the default) or rows")
-    p.add_argument("--cache", choices=CACHES, default=None,
-                   help="skip steps whose first block barely changed (exact CP, naive, displaced)")
-    p.add_argument("--cache-threshold", type=float, default=None,
-                   help="--cache: relative L1 change of the first block below which a step is "
-                        "skipped (default 0: never)")
 
 
 def _causal_flags(p: argparse.ArgumentParser) -> None:
@@ -96,11 +80,10 @@ def _causal_flags(p: argparse.ArgumentParser) -> None:
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
 # GenerateRequest's fields say theirs; the other modes' flags are listed here.
-MODE_FLAGS = mode_table(GenerateRequest) | mode_table(LongVideoRequest, skip=ONE_CLIP) | {
+MODE_FLAGS = mode_table(GenerateRequest) | {
+    **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
     "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
-    "compare_to": "one_clip", "approx": "trained", "warmup": "approx",
-    "patches": "pipefusion", "split": "approximate", "cache": "trained",
-    "cache_threshold": "cache", "causal": "clips", "kv_cache": "causal", "chunk": "causal",
+    "compare_to": "one_clip", "causal": "clips", "kv_cache": "causal", "chunk": "causal",
     "comm_dtype": "comm"}
 
 
@@ -163,8 +146,6 @@ def main(argv: list[str]) -> int:
     if args.causal:
         return main_causal(args)
     if args.approx is not None or args.cache is not None:
-        from cpcourse.cli.generate_approx import main_approx
-
         return main_approx(parser, args)
     if args.window is not None:
         return main_long(args)
@@ -213,6 +194,26 @@ def main_long(args: argparse.Namespace) -> int:
         res = run(req, stream=rank_lines if args.json else True)
     return finish(args, res, res["clip"] if res["clip"] is not None else res["latents"],
                   print_report)
+
+
+def main_approx(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--approx` or `--cache`: the shipped model's clip sampled approximately; a flag that
+    is not ApproxRequest's (an exact run's method, a mesh, a window, another size) is refused."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.approx import print_report, run
+
+    takes = {f.name for f in fields(ApproxRequest)} | {"save", "gif", "force", "json"}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in takes and given(parser, args,
+                                                                           action.dest):
+            raise InputError(f"{action.option_strings[0]} has no effect with --approx or "
+                             "--cache: they sample the shipped model's clip, split by --split")
+    check_outputs(args)
+    req = ApproxRequest(**request_values(ApproxRequest, args))
+    with running(req.nproc, f"{req.run.prompt} with {req.approx}"
+                 + (f", cache {req.cache}" if req.cache else "")):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"], print_report)
 
 
 def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
