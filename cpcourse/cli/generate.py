@@ -30,8 +30,8 @@ import json
 from cpcourse.causal import DESIGNS
 from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
-from cpcourse.fp8_comm import COMM_DTYPES
 from cpcourse.runs.approx import ApproxRequest
+from cpcourse.runs.comm_generate import CommRequest
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.runs.long_video import LongVideoRequest
 from cpcourse.support.errors import InputError, require
@@ -62,9 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     # --approx METHOD or --cache fbcache: the flags of `cpcourse.runs.approx.ApproxRequest`
     add_request_flags(p, ApproxRequest, skip=ONE_CLIP, unset=True, selects=("approx", "cache"))
     _causal_flags(p)
-    p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
-                   help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
-                        "--compare: PSNR vs the exact clip)")
+    # --comm-dtype: the flags of `cpcourse.runs.comm_generate.CommRequest`
+    add_request_flags(p, CommRequest, skip=ONE_CLIP, unset=True, selects=("comm_dtype",))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
@@ -82,9 +81,9 @@ def _causal_flags(p: argparse.ArgumentParser) -> None:
 # GenerateRequest's fields say theirs; the other modes' flags are listed here.
 MODE_FLAGS = mode_table(GenerateRequest) | {
     **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
-    "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
-    "compare_to": "one_clip", "causal": "clips", "kv_cache": "causal", "chunk": "causal",
-    "comm_dtype": "comm"}
+    **mode_table(CommRequest, skip=ONE_CLIP), "list_prompts": ALWAYS, "save": "clips",
+    "gif": "trained", "force": "writes", "compare_to": "one_clip", "causal": "clips",
+    "kv_cache": "causal", "chunk": "causal"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -150,9 +149,7 @@ def main(argv: list[str]) -> int:
     if args.window is not None:
         return main_long(args)
     if args.comm_dtype is not None:
-        from cpcourse.cli.generate_comm import main_comm
-
-        return main_comm(args)
+        return main_comm(parser, args)
     return main_one_clip(args)
 
 
@@ -202,18 +199,36 @@ def main_approx(parser: argparse.ArgumentParser, args: argparse.Namespace) -> in
     from cpcourse.cli.clip_files import check_outputs
     from cpcourse.runs.approx import print_report, run
 
-    takes = {f.name for f in fields(ApproxRequest)} | {"save", "gif", "force", "json"}
-    for action in parser._actions:
-        if action.option_strings and action.dest not in takes and given(parser, args,
-                                                                           action.dest):
-            raise InputError(f"{action.option_strings[0]} has no effect with --approx or "
-                             "--cache: they sample the shipped model's clip, split by --split")
+    refuse_others(parser, args, ApproxRequest, "with --approx or --cache: they sample the "
+                  "shipped model's clip, split by --split", also=("save", "gif", "force"))
     check_outputs(args)
     req = ApproxRequest(**request_values(ApproxRequest, args))
     with running(req.nproc, f"{req.run.prompt} with {req.approx}"
                  + (f", cache {req.cache}" if req.cache else "")):
         res = run(req, stream=rank_lines if args.json else True)
     return finish(args, res, res["clip"], print_report)
+
+
+def main_comm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--comm-dtype`: the shipped model's clip with its attention traffic in that dtype."""
+    from cpcourse.runs.comm_generate import print_report, run
+
+    refuse_others(parser, args, CommRequest, "with --comm-dtype: it samples the shipped model "
+                  "at its own size and settings in fp32; drop it")
+    req = CommRequest(**request_values(CommRequest, args))
+    with running(req.nproc, f"{req.prompt}, attention traffic in {req.comm_dtype}"):
+        report = run(req)
+    return finish(args, {"report": report}, None, print_report)
+
+
+def refuse_others(parser: argparse.ArgumentParser, args: argparse.Namespace, request_cls,
+                  why: str, also=()) -> None:
+    """Refuse the first flag typed that is not a field of `request_cls` (nor in `also`)."""
+    takes = {f.name for f in fields(request_cls)} | {"json", *also}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in takes and given(parser, args,
+                                                                           action.dest):
+            raise InputError(f"{action.option_strings[0]} has no effect {why}")
 
 
 def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
