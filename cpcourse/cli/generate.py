@@ -27,13 +27,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from cpcourse.causal import DESIGNS
 from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.runs.approx import ApproxRequest
 from cpcourse.runs.comm_generate import CommRequest
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.runs.long_video import LongVideoRequest
+from cpcourse.runs.stream import StreamRequest
 from cpcourse.support.errors import InputError, require
 from cpcourse.support.modes import ALWAYS, given, refuse_inactive
 from cpcourse.support.request import fields
@@ -71,19 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
 def _causal_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal", action="store_true",
                    help="stream chunk after chunk from the chunk-causal model, with a KV cache")
-    p.add_argument("--kv-cache", choices=DESIGNS, default=None,
-                   help="with --causal: where the cache lives under CP (default pass-q)")
-    p.add_argument("--chunk", type=int, default=None,
-                   help="with --causal: frames per chunk (default: the model's, 2)")
+    # its flags: those of `cpcourse.runs.stream.StreamRequest` (its fields)
+    add_request_flags(p, StreamRequest, skip=ONE_CLIP, unset=True)
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
 # GenerateRequest's fields say theirs; the other modes' flags are listed here.
 MODE_FLAGS = mode_table(GenerateRequest) | {
     **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
-    **mode_table(CommRequest, skip=ONE_CLIP), "list_prompts": ALWAYS, "save": "clips",
-    "gif": "trained", "force": "writes", "compare_to": "one_clip", "causal": "clips",
-    "kv_cache": "causal", "chunk": "causal"}
+    **mode_table(CommRequest, skip=ONE_CLIP), **mode_table(StreamRequest, skip=ONE_CLIP),
+    "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
+    "compare_to": "one_clip", "causal": "clips"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -130,7 +128,6 @@ def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.cli.generate_causal import main_causal
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
     parser = build_parser()
@@ -191,6 +188,18 @@ def main_long(args: argparse.Namespace) -> int:
         res = run(req, stream=rank_lines if args.json else True)
     return finish(args, res, res["clip"] if res["clip"] is not None else res["latents"],
                   print_report)
+
+
+def main_causal(args: argparse.Namespace) -> int:
+    """`--causal`: a clip streamed chunk after chunk, with its KV cache under CP."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.stream import print_report, run
+
+    check_outputs(args)
+    req = StreamRequest(**request_values(StreamRequest, args))  # every refusal before a start
+    with running(req.nproc, f"{req.prompt} streamed chunk by chunk, KV cache {req.kv_cache}"):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"], print_report)
 
 
 def main_approx(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:

@@ -48,7 +48,7 @@ def check_common(req) -> None:
         whole("nproc", req.nproc, high=MAX_NPROC)
     if hasattr(req, "seed"):
         seed_int("seed", req.seed)
-    if hasattr(req, "timeout"):
+    if getattr(req, "timeout", None) is not None:  # None: the Request's own default, later
         positive_float("timeout", req.timeout, high=86_400)
 
 
