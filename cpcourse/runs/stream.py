@@ -195,10 +195,11 @@ def compare_stream(request: StreamRequest, clip: torch.Tensor) -> dict:
 def print_report(report: dict) -> None:
     """`run`'s report, a few lines for a terminal."""
     from cpcourse.support.tolerance import describe
-    from cpcourse.viz.fmt import nbytes, plural
 
     tr = report["track"]
-    procs = plural(report["nproc"], "process", "processes")
+    n = report["nproc"]
+    procs = f"{n} process{'es' * (n != 1)}"
+    mb = lambda x: f"{x / 1e6:.2f} MB"  # noqa: E731  (SI, as cpcourse.viz.fmt.nbytes)
     print(f"streamed '{report['prompt']}' in {report['chunks']} chunks of {report['chunk']} "
           f"frames on {procs}, KV cache {report['kv_cache']}, tokens per rank "
           f"{report['tokens_per_rank']}")
@@ -208,7 +209,7 @@ def print_report(report: dict) -> None:
           + ", ".join(f"{b / 1e6:.2f} MB" for b in report["bytes_per_chunk"]))
     for r, (peak, cache) in enumerate(zip(report["peak_bytes_per_rank"],
                                           report["cache_bytes_per_rank"], strict=True)):
-        print(f"  rank {r}: peak tensor memory {nbytes(peak)}, KV cache {nbytes(cache)}")
+        print(f"  rank {r}: peak tensor memory {mb(peak)}, KV cache {mb(cache)}")
     if "max_abs_diff_vs_single_process" in report:
         print(f"  {describe(report)}")
     for key in ("saved", "gif"):
