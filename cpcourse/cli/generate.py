@@ -14,12 +14,14 @@ shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--li
 the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
 random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
-`--causal` streams the chunk-causal model instead (`cpcourse.cli.generate_causal`): chunk after
-chunk, the finished ones in a KV cache laid out under CP as `--kv-cache` says.
-`--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`, `--patches`, `--split`) and
-`--cache fbcache` sample by an approximate method instead, `--compare` then against the exact
-clip (`cpcourse.cli.generate_approx`, `cpcourse.approx`).
-This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
+`--causal` streams the chunk-causal model instead: chunk after chunk, the finished ones in a KV
+cache laid out under CP as `--kv-cache` says. `--window W` samples a longer video from
+overlapping windows. `--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`,
+`--patches`, `--split`) and `--cache fbcache` sample by an approximate method instead,
+`--compare` then against the exact clip; `--comm-dtype` sends attention's traffic in fp8/bf16.
+Each mode's flags are the fields of its Request in `cpcourse.runs` (generate, long_video,
+stream, approx, comm_generate): this module builds the parser from them, picks the mode,
+refuses a flag that cannot act in it, and writes the files; the Request runs.
 """
 
 from __future__ import annotations
