@@ -132,6 +132,8 @@ PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_thres
           "vae_spatial", "vae_temporal", "warmup", "weights", "width", "window")
 OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
              "full_method": "--full", "temporal_method": "--temporal"}
+OWN_FLAGS |= {name: "--" + name.replace("_", "-")
+              for name in ("seq_len", "repeats", "methods", "kv_cache", "comm_dtype")}
 PARAM_FLAGS = {**{name: "--" + name.replace("_", "-") for name in PARAMS}, **OWN_FLAGS}
 _NAMES = "|".join(sorted(PARAM_FLAGS, key=len, reverse=True))
 _LEADING = re.compile(rf"^({_NAMES})(?=[ ,:])")
