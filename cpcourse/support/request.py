@@ -44,8 +44,10 @@ def check_common(req) -> None:
         value, choices = getattr(req, f.name), f.metadata.get("choices")
         if choices and value is not None and value not in choices:  # None: left unset
             raise_choice(f.name, value, choices)
-    if hasattr(req, "nproc"):
-        whole("nproc", req.nproc, high=MAX_NPROC)
+    if getattr(req, "nproc", None) is not None:  # None: the Request's own default, later
+        n = positive_int("nproc", req.nproc)  # as `cpcourse.launch.check_nproc` says it
+        require(n <= MAX_NPROC, f"nproc {n} is more local processes than cpcourse starts: use "
+                f"{MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
     if hasattr(req, "seed"):
         seed_int("seed", req.seed)
     if getattr(req, "timeout", None) is not None:  # None: the Request's own default, later

@@ -63,16 +63,16 @@ def _failing_demo_main() -> None:
     import torch.distributed as dist
 
     from cpcourse import cli
-    from cpcourse.cli import demo
+    from cpcourse.runs import demo
 
-    honest = demo.demo_rank
+    honest = demo.rank
 
-    def demo_rank(spec):
+    def rank(req):
         if dist.get_rank() == 3:
             raise ValueError("rank 3 refuses")
-        return honest(spec)
+        return honest(req)
 
-    demo.demo_rank = demo_rank  # launch() looks the target up by name: this one runs
+    demo.rank = rank  # launch() looks the target up by name: this one runs
     sys.argv = ["cpcourse", "demo", "--json", *SMALL]
     sys.exit(cli.main())
 
