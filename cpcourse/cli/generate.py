@@ -243,14 +243,18 @@ def refuse_others(parser: argparse.ArgumentParser, args: argparse.Namespace, req
 
 
 def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
-    """Write --gif and --save, then print the report (one JSON object with --json)."""
+    """Write --gif and --save, then print the report (one JSON object with --json) and the
+    files written."""
     from cpcourse.cli.clip_files import write_outputs
 
     write_outputs(args, res, out)
     if args.json:
         print(json.dumps(res["report"], allow_nan=False))
-    else:
-        print_report(res["report"])
+        return 0
+    print_report(res["report"])
+    for key in ("saved", "gif"):  # every mode writes its files alike
+        if key in res["report"]:
+            print(f"  wrote {res['report'][key]}" + (" (and its .json)" * (key == "saved")))
     return 0
 
 
@@ -283,6 +287,3 @@ def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
         print(f"  {describe(report)}")
     if "max_abs_diff_vs_compare" in report:
         print(f"  max |difference| vs {args.compare_to}: {report['max_abs_diff_vs_compare']:.3g}")
-    for key in ("saved", "gif"):
-        if key in report:
-            print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))

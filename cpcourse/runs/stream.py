@@ -212,6 +212,3 @@ def print_report(report: dict) -> None:
         print(f"  rank {r}: peak tensor memory {mb(peak)}, KV cache {mb(cache)}")
     if "max_abs_diff_vs_single_process" in report:
         print(f"  {describe(report)}")
-    for key in ("saved", "gif"):
-        if key in report:
-            print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))
