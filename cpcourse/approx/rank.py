@@ -3,12 +3,13 @@ clips, with the bytes it sent and the seconds it waited on communication.
 
     cpcourse generate --prompt circle-right --nproc 2 --approx displaced --warmup 1 --json
 
-`approx_rank(spec)` takes the spec of `cpcourse.runs.generate` plus `approx` ("exact", or one of
-`METHODS`), `warmup`, `patches`, `cache` (None or "fbcache"), `cache_threshold`, `cache_decide`,
-`split` and `cases` ([[label, seed], ...]: several clips in one launch, for the benchmark). The
-patch methods (exact, naive, displaced, and the cache) hold the rank's frames `[B, C, T_r, Hl,
-Wl]`; pipefusion and asyncdiff hold the whole latent on every rank. `split` "space" gives the
-patch methods bands of token rows `[B, C, T, Hl/P, Wl]` instead of frames.
+`approx_rank(req, cases)` reads a `cpcourse.runs.approx.ApproxRequest`: `req.run` (the plain
+GenerateRequest: model, shape, steps, guidance), `approx` ("exact", or one of `METHODS`),
+`warmup`, `patches`, `cache` (None or "fbcache"), `cache_threshold`, `cache_rule`,
+`cache_decide` and `split`; `cases` ([[label, seed], ...]) samples several clips in one launch
+(a benchmark). The patch methods (exact, naive, displaced, and the cache) hold the rank's
+frames `[B, C, T_r, Hl, Wl]`; pipefusion and asyncdiff hold the whole latent on every rank.
+`split` "space" gives the patch methods bands of token rows `[B, C, T, Hl/P, Wl]` instead of frames.
 """
 
 from __future__ import annotations
@@ -31,48 +32,48 @@ from cpcourse.video import frame_offset
 WHOLE_VIDEO = ("pipefusion", "asyncdiff")  # every rank holds (and returns) the whole latent
 
 
-def approx_rank(spec: dict) -> dict:
+def approx_rank(req, cases=None) -> dict:
     """This rank's clips: {"rank", "clips": [{"frames", "bytes", "exposed_seconds",
     "steps_skipped", "changes", "local_changes", "step_seconds"}, ...]}."""
-    model = spec_model(spec)
-    cases = spec.get("cases") or [[spec["label"], spec["seed"]]]
-    return {"rank": dist.get_rank(), "clips": [_one_clip(model, spec, label, seed)
+    model = spec_model(req.run)
+    cases = cases or [[req.run.cond, req.run.seed]]
+    return {"rank": dist.get_rank(), "clips": [_one_clip(model, req, label, seed)
                                                for label, seed in cases]}
 
 
-def approx_ranks(specs: list[dict]) -> list[dict]:
-    """`approx_rank` of each spec in turn, in one launch (a notebook's whole sweep)."""
-    return [approx_rank(spec) for spec in specs]
+def approx_ranks(requests: list, cases=None) -> list[dict]:
+    """`approx_rank` of each request in turn, in one launch (a notebook's whole sweep)."""
+    return [approx_rank(req, cases) for req in requests]
 
 
-def _one_clip(model, spec: dict, label, seed: int) -> dict:
+def _one_clip(model, req, label, seed: int) -> dict:
     rank, world, group = dist.get_rank(), dist.get_world_size(), dist.group.WORLD
-    method = spec["approx"]
-    b, c, t, hl, wl = spec["shape"]
+    method, run = req.approx, req.run
+    b, c, t, hl, wl = run.shape
     grid = (hl // model.cfg.patch, wl // model.cfg.patch)
-    noise = initial_noise(tuple(spec["shape"]), seed, torch_dtype(spec["dtype"]))
+    noise = initial_noise(tuple(run.shape), seed, torch_dtype(run.dtype))  # [B, C, T, Hl, Wl]
     if method in WHOLE_VIDEO:
-        runner = (PipeFusionDiT(model, group, spec["warmup"], spec["patches"])
-                  if method == "pipefusion" else AsyncDiffDiT(model, group, spec["warmup"]))
+        runner = (PipeFusionDiT(model, group, req.warmup, req.patches)
+                  if method == "pipefusion" else AsyncDiffDiT(model, group, req.warmup))
         ctx, waits = CPContext(grid=grid), runner
     else:
-        split = spec.get("split", "time")
+        split = req.split
+        # [B, C, T/P, Hl, Wl] (time) or [B, C, T, Hl/P, Wl] (space)
         noise = torch.tensor_split(noise, world, dim=2 if split == "time" else 3)[rank]
         attention = {"exact": ExactAttention, "naive": NaiveAttention,
                      "displaced": DisplacedAttention}[method]
-        waits = attention(model, group, spec["warmup"], split)
+        waits = attention(model, group, req.warmup, split)
         rows = noise.shape[3] // model.cfg.patch  # this rank's token rows
         ctx = (CPContext(group=group, frame_offset=frame_offset(t, rank, world), grid=grid,
                          attend=waits) if split == "time" else
                CPContext(group=group, grid=(rows, grid[1]), row_offset=rank * rows,
                          attend=waits))
         noise = noise.contiguous()
-        runner = model if spec.get("cache") is None else FirstBlockCache(
-            model, group, spec["cache_threshold"], spec.get("cache_decide", "global"),
-            spec.get("cache_rule", "output"))
+        runner = model if req.cache is None else FirstBlockCache(
+            model, group, req.cache_threshold, req.cache_decide, req.cache_rule)
     times: list[float] = []
     with count_bytes() as sent:
-        frames = sample(runner, noise, label, spec["steps"], spec["cfg_scale"], ctx, times)
+        frames = sample(runner, noise, label, run.steps, run.cfg_scale, ctx, times)
         waits.close()
     cached = isinstance(runner, FirstBlockCache)
     return {"frames": frames, "bytes": sent.total, "exposed_seconds": waits.exposed,

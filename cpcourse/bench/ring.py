@@ -22,11 +22,12 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import dataclass
 
-from cpcourse.launch import check_nproc
 from cpcourse.support.errors import ArgumentParser, positive_int, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 from cpcourse.support.peak_memory import require_fits
+from cpcourse.support.request import check_common, fields, flag
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
 LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)",
@@ -34,7 +35,46 @@ LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)
           "torch_cp": "torch context_parallel", "fused": "one process, fused"}
 
 
+@dataclass(frozen=True)
+class RingBenchRequest:
+    """One `cpcourse bench ring` launch, checked: the fields are its flags (one declaration);
+    `bench_rank(req)` reads them on every rank. `methods`: a comma-separated text or a tuple,
+    a tuple once made."""
+
+    nproc: int = flag(2, "ranks")
+    seq_len: int = flag(16384, "tokens L")
+    heads: int = flag(8, "heads H")
+    head_dim: int = flag(64, "channels per head D")
+    repeats: int = flag(3, "timed rounds after a warm-up")
+    timeout: float = flag(600.0, "seconds the ranks may run")
+    methods: tuple | str = flag(",".join(METHODS), "comma-separated subset of "
+                                + ",".join(METHODS))
+
+    def __post_init__(self):
+        check_common(self)
+        for name in ("seq_len", "heads", "head_dim", "repeats"):
+            positive_int(name, getattr(self, name))
+        require(self.repeats <= 1000, f"repeats {self.repeats}: use at most 1000")
+        methods = self.methods
+        if isinstance(methods, str):
+            methods = tuple(m.strip() for m in methods.split(",") if m.strip())
+        object.__setattr__(self, "methods", tuple(methods))  # set once, when made
+        unknown = sorted(set(self.methods) - set(METHODS))
+        require(not unknown, f"methods: unknown {', '.join(unknown)}; choose from "
+                f"{', '.join(METHODS)}")
+        require({"ring_overlap", "ring_blocking", "fused"} <= set(self.methods),
+                "methods must include ring_overlap, ring_blocking and fused (what the others "
+                "are compared with)")
+        # Each rank builds the whole q, k, v, then runs the method with the largest peak.
+        whole = 3 * self.seq_len * self.heads * self.head_dim * 4
+        peak = max(predicted_peak_bytes(m, self.seq_len, self.nproc, self.heads,
+                                        self.head_dim) or 0 for m in self.methods)
+        require_fits(self.nproc * (whole + peak), f"seq_len {self.seq_len} on {self.nproc} "
+                     "ranks", "use a smaller `seq_len`, `heads` or `nproc`")
+
+
 def _parser() -> argparse.ArgumentParser:
+    # spelled here, not built from RingBenchRequest: `cpcourse.cli.from_request` is above bench
     p = ArgumentParser(prog="cpcourse bench ring", description=__doc__.split("\n")[0])
     p.add_argument("--nproc", type=int, default=2)
     p.add_argument("--seq-len", type=int, default=16384)
@@ -102,9 +142,9 @@ def predicted_peak_bytes(method: str, seq_len: int, world: int, heads: int, head
     return 12 * lr * tok  # ulysses
 
 
-def summarize(spec: dict, results: list[dict]) -> dict:
+def summarize(req: RingBenchRequest, results: list[dict]) -> dict:
     """One report from the ranks' dicts: times, ratios, steps, hidden share, memory."""
-    r0, world = results[0], spec["nproc"]
+    r0, world = results[0], req.nproc
     seconds = r0["seconds"]
     fused, tcp = seconds.get("fused"), seconds.get("torch_cp")
     methods = {}
@@ -118,8 +158,8 @@ def summarize(spec: dict, results: list[dict]) -> dict:
             "ratio_vs_fused": seconds[name] / fused if fused else None,
             "ratio_vs_torch_cp": seconds[name] / tcp if tcp else None,
             "peak_bytes_per_rank": max(peaks) if name != "fused" else peaks[0],
-            "predicted_peak_bytes": predicted_peak_bytes(name, spec["seq_len"], world,
-                                                         spec["heads"], spec["head_dim"]),
+            "predicted_peak_bytes": predicted_peak_bytes(name, req.seq_len, world, req.heads,
+                                                         req.head_dim),
             "first_call_seconds": r0["first_call_seconds"][name],
             "max_abs_diff_vs_fused": r0["max_abs_diff_vs_fused"][name]}
     steps = []
@@ -136,9 +176,9 @@ def summarize(spec: dict, results: list[dict]) -> dict:
     full = sum(r["ring_blocking_comm_s"] for r in steps)
     hidden = max(0.0, 1.0 - exposed / full) if full > 0 else None
     over, block = seconds["ring_overlap"], seconds["ring_blocking"]
-    return {"nproc": world, "seq_len": spec["seq_len"], "heads": spec["heads"],
-            "head_dim": spec["head_dim"], "dtype": "float32", "batch": 1, "backend": "gloo",
-            "threads_per_rank": 1, "fused_threads": world, "repeats": spec["repeats"],
+    return {"nproc": world, "seq_len": req.seq_len, "heads": req.heads,
+            "head_dim": req.head_dim, "dtype": "float32", "batch": 1, "backend": "gloo",
+            "threads_per_rank": 1, "fused_threads": world, "repeats": req.repeats,
             "methods": methods, "steps": steps, "comm_hidden_share": hidden,
             "torch_cp_output_layout": r0["torch_cp_output_layout"],
             "targets": {
@@ -196,25 +236,10 @@ def main(argv: list[str]) -> int:
         calls = positive_int("--calls", args.calls)
         require(calls <= 1000, f"--calls {calls}: use at most 1000")
         return overhead.main(calls, args.json)
-    spec = {"nproc": check_nproc(args.nproc, "--nproc"),
-            "seq_len": 1024 if args.quick else positive_int("--seq-len", args.seq_len),
-            "heads": positive_int("--heads", args.heads),
-            "head_dim": positive_int("--head-dim", args.head_dim),
-            "repeats": 1 if args.quick else positive_int("--repeats", args.repeats),
-            "methods": [m.strip() for m in args.methods.split(",") if m.strip()]}
-    require(spec["repeats"] <= 1000, f"--repeats {spec['repeats']}: use at most 1000")
-    unknown = sorted(set(spec["methods"]) - set(METHODS))
-    require(not unknown, f"--methods: unknown {', '.join(unknown)}; choose from "
-            f"{', '.join(METHODS)}")
-    require({"ring_overlap", "ring_blocking", "fused"} <= set(spec["methods"]),
-            "--methods must include ring_overlap, ring_blocking and fused (what the others are "
-            "compared with)")
-    # Each rank builds the whole q, k, v, then runs the method with the largest peak.
-    whole = 3 * spec["seq_len"] * spec["heads"] * spec["head_dim"] * 4
-    peak = max(predicted_peak_bytes(m, spec["seq_len"], spec["nproc"], spec["heads"],
-                                    spec["head_dim"]) or 0 for m in spec["methods"])
-    require_fits(spec["nproc"] * (whole + peak), f"--seq-len {spec['seq_len']} on "
-                 f"{spec['nproc']} ranks", "use a smaller --seq-len, --heads or --nproc")
+    values = {f.name: getattr(args, f.name) for f in fields(RingBenchRequest)}
+    if args.quick:
+        values.update(seq_len=1024, repeats=1)
+    req = RingBenchRequest(**values)
     if args.compute_only:
         import torch
 
@@ -223,14 +248,15 @@ def main(argv: list[str]) -> int:
         require(device == "cpu" or torch.cuda.is_available(), "--device cuda: no CUDA here")
         from cpcourse.sim import compute_path
 
-        rep = compute_path(spec["seq_len"], spec["nproc"], spec["heads"], spec["head_dim"],
-                           device, spec["repeats"])
+        rep = compute_path(req.seq_len, req.nproc, req.heads, req.head_dim, device,
+                           req.repeats)
         print(json.dumps(rep, allow_nan=False) if args.json
               else "\n".join(f"{k}: {v}" for k, v in rep.items()))
         return 0
-    results = launch("cpcourse.bench.ring_rank:bench_rank", spec["nproc"], timeout=args.timeout,
-                     args=(spec,), threads=1, pg_timeout=max(60.0, args.timeout / 2),
+    # by name: ring_rank imports METHODS from here
+    results = launch("cpcourse.bench.ring_rank:bench_rank", req.nproc, timeout=req.timeout,
+                     args=(req,), threads=1, pg_timeout=max(60.0, req.timeout / 2),
                      stream=lambda line: print(line, end="", file=sys.stderr, flush=True))
-    report = summarize(spec, sorted(results, key=lambda r: r["rank"]))
+    report = summarize(req, sorted(results, key=lambda r: r["rank"]))
     print(json.dumps(report, allow_nan=False) if args.json else _text(report))
     return 0

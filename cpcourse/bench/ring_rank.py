@@ -2,7 +2,7 @@
 
     cpcourse bench ring --nproc 2 --quick --json
 
-`bench_rank(spec)` builds the seeded q, k, v, runs each selected method (`_methods`), times the
+`bench_rank(req)` builds the seeded q, k, v, runs each selected method (`_methods`), times the
 runs interleaved with the slowest rank's time per run (`_measure`), and reports each method's
 largest difference from the fused one-process output (`_errors`). `cpcourse.bench.ring` checks
 the flags, launches this on the ranks and writes the report.
@@ -18,8 +18,9 @@ import time
 from cpcourse.bench.ring import METHODS
 
 
-def bench_rank(spec: dict) -> dict:
-    """What each rank runs: every method, warmed up, timed, memory-measured."""
+def bench_rank(req) -> dict:
+    """What each rank runs (`req`: a `cpcourse.bench.ring.RingBenchRequest`): every method,
+    warmed up, timed, memory-measured."""
     import torch
     import torch.distributed as dist
 
@@ -27,19 +28,19 @@ def bench_rank(spec: dict) -> dict:
 
     rank, world = dist.get_rank(), dist.get_world_size()
     g = torch.Generator().manual_seed(0)
-    shape = (1, spec["heads"], spec["seq_len"], spec["head_dim"])
+    shape = (1, req.heads, req.seq_len, req.head_dim)  # [1, H, L, D]
     whole = [torch.randn(shape, generator=g) for _ in range(3)]
     mine = [shard(x, rank, world) for x in whole]
     stats: dict[str, list] = {}
     methods = _methods(rank, world, whole, mine, stats)
-    skipped = {m: "not selected (--methods)" for m in METHODS if m not in spec["methods"]}
-    if spec["heads"] % world:
-        skipped["ulysses"] = f"{spec['heads']} heads are not divisible by P={world}"
-    if spec["seq_len"] % world:
+    skipped = {m: "not selected (--methods)" for m in METHODS if m not in req.methods}
+    if req.heads % world:
+        skipped["ulysses"] = f"{req.heads} heads are not divisible by P={world}"
+    if req.seq_len % world:
         skipped["torch_cp"] = "L % P != 0: torch's context_parallel aborts on uneven shards"
     active = [m for m in METHODS if m not in skipped]
-    outputs, peaks, first, times, kept = _measure(spec, active, methods, whole, world, stats)
-    errors = _errors(spec, world, outputs) if rank == 0 else {}
+    outputs, peaks, first, times, kept = _measure(req.repeats, active, methods, whole, world, stats)
+    errors = _errors(req.heads, world, outputs) if rank == 0 else {}
     medians = {name: statistics.median(t) for name, t in times.items()}
     steps = {}
     for name, runs in kept.items():  # the stats of the run whose time was the median
@@ -47,7 +48,7 @@ def bench_rank(spec: dict) -> dict:
         steps[name] = runs[order[len(order) // 2]]
     layout = None
     if "torch_cp" in outputs:
-        layout = "sequence" if outputs["torch_cp"].shape[1] == spec["heads"] else "heads"
+        layout = "sequence" if outputs["torch_cp"].shape[1] == req.heads else "heads"
     return {"rank": rank, "seconds": medians, "all_seconds": times, "peak_bytes": peaks,
             "first_call_seconds": first, "max_abs_diff_vs_fused": errors, "steps": steps,
             "skipped": skipped, "torch_cp_output_layout": layout}
@@ -83,7 +84,7 @@ def _methods(rank: int, world: int, whole: list, mine: list, stats: dict) -> dic
             "fused": (None, fused)}
 
 
-def _measure(spec: dict, active: list, methods: dict, whole: list, world: int,
+def _measure(repeats: int, active: list, methods: dict, whole: list, world: int,
              stats: dict) -> tuple:
     """Warm up, measure memory, then time `repeats` interleaved rounds: (outputs, peaks,
     first-call seconds, every round's seconds, the ring runs' step stats per round)."""
@@ -116,7 +117,7 @@ def _measure(spec: dict, active: list, methods: dict, whole: list, world: int,
             peaks[name] = once(name, measure_memory=True)[2]
         times = {name: [] for name in active}
         kept = {name: [] for name in ("ring_overlap", "ring_blocking")}
-        for rep in range(spec["repeats"]):
+        for rep in range(repeats):
             for name in (active if rep % 2 == 0 else active[::-1]):
                 times[name].append(once(name)[1])
                 if name in kept:
@@ -124,17 +125,17 @@ def _measure(spec: dict, active: list, methods: dict, whole: list, world: int,
     return outputs, peaks, first, times, kept
 
 
-def _errors(spec: dict, world: int, outputs: dict) -> dict:
+def _errors(heads: int, world: int, outputs: dict) -> dict:
     """Rank 0's max abs difference of each method against the fused output over the whole
     sequence, on rank 0's part."""
     from cpcourse.support.shards import shard
 
     errors = {}
-    full, hp = outputs["fused"], spec["heads"] // world
+    full, hp = outputs["fused"], heads // world
     for name, out in outputs.items():
         if name == "fused":
             want = full
-        elif out.shape[1] == spec["heads"]:  # a sequence shard (ours)
+        elif out.shape[1] == heads:  # a sequence shard (ours)
             want = shard(full, 0, world)
         else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
             want = full[:, :hp]

@@ -119,7 +119,7 @@ def as_torchrun_rank(argv: list[str]):
 # divisible by 16"), or names it in backticks ("give `minutes` or `steps`") or with a value
 # ("use nproc=4 or fewer"). On the command line the same message names the flag that sets it.
 # A parameter's flag is its name with dashes, unless it is listed with a flag of its own.
-PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_threshold",
+PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_rule", "cache_threshold",
           "cfg_batch", "chunk", "cfg_scale", "cp", "dtype", "ffn", "fps", "frames", "gpus",
           "head_dim", "heads",
           "height", "hidden", "kernel", "label", "layers", "layout", "link", "link_efficiency",
@@ -132,6 +132,8 @@ PARAMS = ("approx", "arch", "attention", "batch", "blend", "cache", "cache_thres
           "vae_spatial", "vae_temporal", "warmup", "weights", "width", "window")
 OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--bandwidth",
              "full_method": "--full", "temporal_method": "--temporal"}
+OWN_FLAGS |= {name: "--" + name.replace("_", "-")
+              for name in ("seq_len", "repeats", "methods", "kv_cache", "comm_dtype")}
 PARAM_FLAGS = {**{name: "--" + name.replace("_", "-") for name in PARAMS}, **OWN_FLAGS}
 _NAMES = "|".join(sorted(PARAM_FLAGS, key=len, reverse=True))
 _LEADING = re.compile(rf"^({_NAMES})(?=[ ,:])")

@@ -26,23 +26,54 @@ def flag_name(name: str) -> str:
 def build_parser(prog: str, request_cls, description: str) -> ArgumentParser:
     """An ArgumentParser with a flag per command-line field of `request_cls`, and `--json`."""
     p = ArgumentParser(prog=prog, description=description)
-    for f in fields(request_cls):
-        meta = f.metadata
-        if not meta.get("cli", True):
+    add_request_flags(p, request_cls)
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    return p
+
+
+def options(request_cls) -> list[str]:
+    """The option strings of `request_cls`'s command-line fields (`--frames`, `--cfg`...)."""
+    return [o for f in _cli_fields(request_cls) for o in options_of(f)]
+
+
+def options_of(f) -> tuple[str, ...]:
+    return f.metadata.get("spelled") or (flag_name(f.name),)
+
+
+def add_request_flags(p, request_cls, skip=(), unset: bool = False, selects=()) -> None:
+    """Add a flag per command-line field of `request_cls` to `p`, but those in `skip` (a
+    command whose other modes share the flag spells it itself). `unset`: every default None,
+    so a command can tell a flag typed from one left out (`cpcourse train` without --nproc);
+    the Request's default is shown in the help, but for the flags that pick the mode (those
+    acting always, and `selects`)."""
+    for f in _cli_fields(request_cls):
+        if f.name in skip:
             continue
+        meta = f.metadata
+        flags = options_of(f)
         required = f.default is dataclasses.MISSING
         default = None if required else f.default
-        shown = "" if required or default is None or default is False else f" ({default})"
+        # a default is shown where it applies: not for a flag that picks a mode (`unset`)
+        hidden = required or default is None or isinstance(default, bool) or (
+            unset and (meta.get("acts", ALWAYS) == ALWAYS or f.name in selects))
+        shown = "" if hidden else f" ({default})"
+        boolean = f.type in ("bool", bool)
+        if unset:  # the Request's default fills in what the command line leaves out
+            default = False if boolean else None
         kw = {"dest": f.name, "help": meta.get("help", "") + shown, "default": default}
-        if f.type in ("bool", bool):
-            p.add_argument(flag_name(f.name), action="store_true", **kw)
+        if boolean:
+            p.add_argument(*flags, action="store_true", **kw)
             continue
         if meta.get("choices"):
             kw["choices"] = list(meta["choices"])
         kw["type"] = _parse_type(f.type)
-        p.add_argument(flag_name(f.name), required=required, metavar=meta.get("metavar"), **kw)
-    p.add_argument("--json", action="store_true", help="print one JSON object")
-    return p
+        p.add_argument(*flags, required=required, metavar=meta.get("metavar"), **kw)
+
+
+def request_values(request_cls, args, skip=()) -> dict:
+    """The command-line fields of `request_cls` the arguments give a value (not None)."""
+    return {f.name: getattr(args, f.name) for f in _cli_fields(request_cls)
+            if f.name not in skip and getattr(args, f.name, None) is not None}
 
 
 def _parse_type(annotation):
@@ -55,13 +86,15 @@ def _parse_type(annotation):
 
 
 def _cli_fields(request_cls) -> list:
-    return [f for f in fields(request_cls) if f.metadata.get("cli", True)]
+    """The fields a command line sets: not the notebook-only ones, not those derived in
+    `__post_init__` (init=False)."""
+    return [f for f in fields(request_cls) if f.init and f.metadata.get("cli", True)]
 
 
-def mode_table(request_cls) -> dict[str, str]:
+def mode_table(request_cls, skip=()) -> dict[str, str]:
     """Where each flag acts (`cpcourse.support.modes`), read from the fields' `acts`."""
-    return {f.name: f.metadata.get("acts", ALWAYS) for f in _cli_fields(request_cls)} | {
-        "json": ALWAYS}
+    return {f.name: f.metadata.get("acts", ALWAYS) for f in _cli_fields(request_cls)
+            if f.name not in skip} | {"json": ALWAYS}
 
 
 def request_conditions(request_cls, args) -> dict[str, tuple[bool, str]]:
@@ -70,8 +103,13 @@ def request_conditions(request_cls, args) -> dict[str, tuple[bool, str]]:
     return request_cls.conditions(values) if hasattr(request_cls, "conditions") else {}
 
 
-def request_from_args(parser, request_cls, args):
-    """The Request the command line asks for, or InputError naming the flag to change."""
-    refuse_inactive(parser, args, mode_table(request_cls), request_conditions(request_cls, args))
+def request_from_args(parser, request_cls, args, flags: dict | None = None,
+                      conditions: dict | None = None):
+    """The Request the command line asks for, or InputError naming the flag to change.
+    `flags` and `conditions`: the whole command's mode table and conditions, when it has
+    flags beyond the Request's (default: the Request's own)."""
+    flags = mode_table(request_cls) if flags is None else flags
+    conditions = request_conditions(request_cls, args) if conditions is None else conditions
+    refuse_inactive(parser, args, flags, conditions)
     values = {f.name: getattr(args, f.name) for f in _cli_fields(request_cls)}
     return request_cls(**values)  # its checks name the field; `cpcourse.cli.as_flags` the flag

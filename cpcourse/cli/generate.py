@@ -14,12 +14,14 @@ shapes (`cpcourse.tinydit.moving_shapes`): `--prompt` picks what it draws (`--li
 the tracker sees in the clip. `--weights FILE` takes a file `cpcourse train` wrote. `--weights
 random` is the seeded random DiT of the exactness tests: `--label` conditions it, and `--save`
 writes its latents `[B, C, T, Hl, Wl]`. A `.json` report is written beside every saved file.
-`--causal` streams the chunk-causal model instead (`cpcourse.cli.generate_causal`): chunk after
-chunk, the finished ones in a KV cache laid out under CP as `--kv-cache` says.
-`--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`, `--patches`, `--split`) and
-`--cache fbcache` sample by an approximate method instead, `--compare` then against the exact
-clip (`cpcourse.cli.generate_approx`, `cpcourse.approx`).
-This module parses the flags and prints; the run is `cpcourse.runs.generate.run_generate`.
+`--causal` streams the chunk-causal model instead: chunk after chunk, the finished ones in a KV
+cache laid out under CP as `--kv-cache` says. `--window W` samples a longer video from
+overlapping windows. `--approx naive|displaced|pipefusion|asyncdiff` (with `--warmup`,
+`--patches`, `--split`) and `--cache fbcache` sample by an approximate method instead,
+`--compare` then against the exact clip; `--comm-dtype` sends attention's traffic in fp8/bf16.
+Each mode's flags are the fields of its Request in `cpcourse.runs` (generate, long_video,
+stream, approx, comm_generate): this module builds the parser from them, picks the mode,
+refuses a flag that cannot act in it, and writes the files; the Request runs.
 """
 
 from __future__ import annotations
@@ -27,120 +29,61 @@ from __future__ import annotations
 import argparse
 import json
 
-from cpcourse.approx import CACHES, METHODS
-from cpcourse.causal import DESIGNS
+from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
-from cpcourse.fp8_comm import COMM_DTYPES
-from cpcourse.runs.approx import SPLITS
-from cpcourse.runs.generate import check_request, run_generate
-from cpcourse.support.errors import InputError, positive_float, require
-from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.runs.approx import ApproxRequest
+from cpcourse.runs.comm_generate import CommRequest
+from cpcourse.runs.generate import GenerateRequest
+from cpcourse.runs.long_video import LongVideoRequest
+from cpcourse.runs.stream import StreamRequest
+from cpcourse.support.errors import InputError, require
+from cpcourse.support.modes import ALWAYS, given, refuse_inactive
+from cpcourse.support.request import fields
 from cpcourse.support.tolerance import describe
-from cpcourse.tinydit.model import ATTENTIONS
-from cpcourse.tinydit.sampling import DTYPES
-from cpcourse.tinydit.training import SAMPLE_STEPS
-from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
+
+ONE_CLIP = {f.name for f in fields(GenerateRequest)}  # the flags every kind of clip shares
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The flags of one clip are GenerateRequest's fields (`cpcourse.cli.from_request`); the
+    other modes' flags and the files follow."""
     from cpcourse.support.errors import ArgumentParser
 
     p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
-    p.add_argument("--prompt", default=None,
-                   help="what the trained model draws, e.g. circle-right (--list-prompts)")
     p.add_argument("--list-prompts", action="store_true", help="print the prompt ids and stop")
-    p.add_argument("--weights", default="shipped",
-                   help="shipped (default), a file from `cpcourse train`, or random")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="processes (CP degree), default 2 (with --layout: its world size)")
-    p.add_argument("--layout", default=None,
-                   help="a mesh, e.g. cfg=2,ulysses=2,ring=1,tp=1 (degrees multiply to --nproc)")
-    p.add_argument("--seed", type=int, default=0, help="noise seed")
+    add_request_flags(p, GenerateRequest)
     p.add_argument("--save", default=None,
                    help="write the clip [T, 3, H, W] (random weights: the latents) here")
     p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
     p.add_argument("--force", action="store_true",
                    help="--save/--gif may replace an existing file (else refused)")
-    p.add_argument("--frames", type=int, default=None, help="frames T (default 8)")
-    p.add_argument("--height", type=int, default=None, help="height (default 32; random: 16)")
-    p.add_argument("--width", type=int, default=None, help="width (default 32; random: 16)")
-    p.add_argument("--steps", type=int, default=None,
-                   help=f"Euler steps (default {SAMPLE_STEPS}; random: 4)")
-    p.add_argument("--cfg-scale", "--cfg", dest="cfg", type=float, default=None,
-                   help="guidance scale (default 4)")
-    p.add_argument("--label", type=int, default=None,
-                   help="class id for --weights random (default 3)")
-    p.add_argument("--attention", choices=ATTENTIONS, default=None,
-                   help="random weights only: factored (default) or full")
-    p.add_argument("--temporal", choices=TEMPORAL_METHODS, default=None,
-                   help="temporal attention under CP, with --attention factored (all_to_all)")
-    p.add_argument("--full", choices=FULL_METHODS, default=None,
-                   help="3D attention under CP, for full attention (ring)")
-    p.add_argument("--dtype", choices=sorted(DTYPES), default="fp32")
-    p.add_argument("--compare", action="store_true",
-                   help="also sample in this process and report the largest difference")
     p.add_argument("--compare-to", default=None,
                    help="a file an earlier --save wrote: report the largest difference")
-    _long_video_flags(p)
-    _approx_flags(p)
-    p.add_argument("--timeout", type=float, default=None, help="seconds (120; windows: 300)")
+    # --window W: the flags of `cpcourse.runs.long_video.LongVideoRequest` (its fields)
+    add_request_flags(p, LongVideoRequest, skip=ONE_CLIP, unset=True, selects=("window",))
+    # --approx METHOD or --cache fbcache: the flags of `cpcourse.runs.approx.ApproxRequest`
+    add_request_flags(p, ApproxRequest, skip=ONE_CLIP, unset=True, selects=("approx", "cache"))
     _causal_flags(p)
-    p.add_argument("--comm-dtype", choices=COMM_DTYPES, default=None,
-                   help="send attention's q, k, v and out as fp32, bf16 or fp8 (Ulysses; "
-                        "--compare: PSNR vs the exact clip)")
+    # --comm-dtype: the flags of `cpcourse.runs.comm_generate.CommRequest`
+    add_request_flags(p, CommRequest, skip=ONE_CLIP, unset=True, selects=("comm_dtype",))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
-
-
-def _long_video_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--window", type=int, default=None,
-                   help="long video: denoise overlapping windows of W frames and blend them")
-    p.add_argument("--stride", type=int, default=None,
-                   help="frames between window starts (default W / 2)")
-    p.add_argument("--blend", choices=("pyramid", "flat"), default="pyramid")
-    p.add_argument("--noise", choices=("independent", "freenoise"), default="independent")
-    p.add_argument("--parallel", choices=("windows", "cp"), default="windows",
-                   help="whole windows per rank (windows), or each window under CP (cp)")
-
-
-def _approx_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--approx", choices=METHODS, default=None,
-                   help="approximate CP: stale or missing remote activations (--compare: vs exact)")
-    p.add_argument("--warmup", type=int, default=None,
-                   help="--approx: synchronous (exact) steps first (default 0)")
-    p.add_argument("--patches", type=int, default=None,
-                   help="--approx pipefusion: frame patches through the stages (default 2)")
-    p.add_argument("--split", choices=SPLITS, default=None,
-                   help="--approx: what a rank holds, frames (time, the default) or rows")
-    p.add_argument("--cache", choices=CACHES, default=None,
-                   help="skip steps whose first block barely changed (exact CP, naive, displaced)")
-    p.add_argument("--cache-threshold", type=float, default=None,
-                   help="--cache: relative L1 change of the first block below which a step is "
-                        "skipped (default 0: never)")
 
 
 def _causal_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--causal", action="store_true",
                    help="stream chunk after chunk from the chunk-causal model, with a KV cache")
-    p.add_argument("--kv-cache", choices=DESIGNS, default=None,
-                   help="with --causal: where the cache lives under CP (default pass-q)")
-    p.add_argument("--chunk", type=int, default=None,
-                   help="with --causal: frames per chunk (default: the model's, 2)")
+    # its flags: those of `cpcourse.runs.stream.StreamRequest` (its fields)
+    add_request_flags(p, StreamRequest, skip=ONE_CLIP, unset=True)
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
-MODE_FLAGS = {"list_prompts": ALWAYS, "json": ALWAYS, "weights": "clips", "nproc": "clips",
-              "seed": "clips", "save": "clips", "gif": "trained", "frames": "plain",
-              "height": "plain", "width": "plain", "steps": "clips", "cfg": "clips",
-              "dtype": "clips", "compare": "clips", "timeout": "clips", "window": "plain",
-              "causal": "clips", "kv_cache": "causal", "chunk": "causal",
-              "prompt": "trained", "label": "random", "attention": "random_clip",
-              "layout": "one_clip", "compare_to": "one_clip", "temporal": "plain_cp",
-              "full": "plain_cp", "stride": "windows", "blend": "windows", "noise": "windows",
-              "parallel": "windows", "approx": "trained", "warmup": "approx",
-              "patches": "pipefusion", "split": "approximate", "cache": "trained",
-              "cache_threshold": "cache", "force": "writes"}
-MODE_FLAGS["comm_dtype"] = "comm"
+# GenerateRequest's fields say theirs; the other modes' flags are listed here.
+MODE_FLAGS = mode_table(GenerateRequest) | {
+    **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
+    **mode_table(CommRequest, skip=ONE_CLIP), **mode_table(StreamRequest, skip=ONE_CLIP),
+    "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
+    "compare_to": "one_clip", "causal": "clips"}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -187,9 +130,6 @@ def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    from cpcourse.cli.clip_files import write_outputs
-    from cpcourse.cli.generate_causal import main_causal
-    from cpcourse.cli.generate_long import main_long
     from cpcourse.tinydit.moving_shapes import PROMPTS
 
     parser = build_parser()
@@ -204,67 +144,118 @@ def main(argv: list[str]) -> int:
     if args.causal:
         return main_causal(args)
     if args.approx is not None or args.cache is not None:
-        from cpcourse.cli.generate_approx import main_approx
-
         return main_approx(parser, args)
     if args.window is not None:
-        args.nproc = 2 if args.nproc is None else args.nproc
         return main_long(args)
     if args.comm_dtype is not None:
-        from cpcourse.cli.generate_comm import main_comm
-
-        return main_comm(args)
-    other, layout = _check_one_clip(args)
-    run = dict(prompt=args.prompt, weights=args.weights, frames=args.frames,
-               height=args.height, width=args.width, steps=args.steps, cfg_scale=args.cfg,
-               label=args.label, attention=args.attention,
-               temporal_method=args.temporal or "all_to_all", full_method=args.full or "ring",
-               dtype=args.dtype, layout=layout)
-    request = check_request(args.nproc, args.seed, **run)
-    if other is not None:  # the run's shape is known before it starts
-        made = request.output_shape
-        require(tuple(other.shape) == made, f"--compare-to {args.compare_to} holds a tensor of "
-                f"shape {tuple(other.shape)}, this run makes {made}")
-    what = (f"{request.prompt or 'the random model'}, {request.steps} denoising steps"
-            + (", then one process to compare" if args.compare else ""))
-    with running(request.nproc, what):
-        res = run_generate(args.nproc, args.seed, compare=args.compare, timeout=args.timeout,
-                           stream=rank_lines if args.json else True, **run)
-    report = res["report"]
-    out = res["clip"] if res["clip"] is not None else res["latents"]
-    if other is not None:
-        report["max_abs_diff_vs_compare"] = float((other - out).abs().max())
-    write_outputs(args, res, out)
-    if args.json:
-        print(json.dumps(report, allow_nan=False))
-        return 0
-    _print_report(args, report, layout)
-    return 0
+        return main_comm(parser, args)
+    return main_one_clip(args)
 
 
-def _check_one_clip(args: argparse.Namespace) -> tuple:
-    """The flags of a one-clip run checked (and args.timeout, args.nproc filled in) before
-    anything starts: (the --compare-to tensor or None, the --layout Layout or None)."""
+def main_one_clip(args: argparse.Namespace) -> int:
+    """One clip by exact CP: the Request (checked), the --compare-to file, the run, the files."""
     from cpcourse.cli.clip_files import check_outputs, load_compare
+    from cpcourse.runs.generate import run
 
-    args.timeout = positive_float("--timeout", 120.0 if args.timeout is None else args.timeout,
-                                  high=3600)
-    if args.attention == "factored" and args.full is not None:
+    if args.attention == "factored" and args.full_method is not None:
         raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
                          "(factored attention takes --temporal)")
-    if args.attention == "full" and args.temporal is not None:
+    if args.attention == "full" and args.temporal_method is not None:
         raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
                          "factored (full attention takes --full)")
     check_outputs(args)
     other = load_compare(args.compare_to) if args.compare_to else None
-    layout = None
-    if args.layout is not None:
-        from cpcourse.support.layout import Layout
+    req = GenerateRequest(**request_values(GenerateRequest, args))
+    if other is not None:  # the run's shape is known before it starts
+        require(tuple(other.shape) == req.output_shape, f"--compare-to {args.compare_to} holds "
+                f"a tensor of shape {tuple(other.shape)}, this run makes {req.output_shape}")
+    what = (f"{req.prompt or 'the random model'}, {req.steps} denoising steps"
+            + (", then one process to compare" if req.compare else ""))
+    with running(req.nproc, what):
+        res = run(req, stream=rank_lines if args.json else True)
+    out = res["clip"] if res["clip"] is not None else res["latents"]
+    if other is not None:
+        res["report"]["max_abs_diff_vs_compare"] = float((other - out).abs().max())
+    return finish(args, res, out, lambda report: _print_report(args, report, req.layout))
 
-        layout = Layout.parse(args.layout)
-        args.nproc = layout.world if args.nproc is None else args.nproc
-    args.nproc = 2 if args.nproc is None else args.nproc
-    return other, layout
+
+def main_long(args: argparse.Namespace) -> int:
+    """`--window W`: a video longer than the model's window, from overlapping windows."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.long_video import print_report, run
+
+    check_outputs(args)
+    req = LongVideoRequest(**request_values(LongVideoRequest, args))  # every refusal first
+    with running(req.nproc, f"{req.frames} frames in windows of {req.window}"):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"] if res["clip"] is not None else res["latents"],
+                  print_report)
+
+
+def main_causal(args: argparse.Namespace) -> int:
+    """`--causal`: a clip streamed chunk after chunk, with its KV cache under CP."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.stream import print_report, run
+
+    check_outputs(args)
+    req = StreamRequest(**request_values(StreamRequest, args))  # every refusal before a start
+    with running(req.nproc, f"{req.prompt} streamed chunk by chunk, KV cache {req.kv_cache}"):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"], print_report)
+
+
+def main_approx(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--approx` or `--cache`: the shipped model's clip sampled approximately; a flag that
+    is not ApproxRequest's (an exact run's method, a mesh, a window, another size) is refused."""
+    from cpcourse.cli.clip_files import check_outputs
+    from cpcourse.runs.approx import print_report, run
+
+    refuse_others(parser, args, ApproxRequest, "with --approx or --cache: they sample the "
+                  "shipped model's clip, split by --split", also=("save", "gif", "force"))
+    check_outputs(args)
+    req = ApproxRequest(**request_values(ApproxRequest, args))
+    with running(req.nproc, f"{req.run.prompt} with {req.approx}"
+                 + (f", cache {req.cache}" if req.cache else "")):
+        res = run(req, stream=rank_lines if args.json else True)
+    return finish(args, res, res["clip"], print_report)
+
+
+def main_comm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """`--comm-dtype`: the shipped model's clip with its attention traffic in that dtype."""
+    from cpcourse.runs.comm_generate import print_report, run
+
+    refuse_others(parser, args, CommRequest, "with --comm-dtype: it samples the shipped model "
+                  "at its own size and settings in fp32; drop it")
+    req = CommRequest(**request_values(CommRequest, args))
+    with running(req.nproc, f"{req.prompt}, attention traffic in {req.comm_dtype}"):
+        report = run(req)
+    return finish(args, {"report": report}, None, print_report)
+
+
+def refuse_others(parser: argparse.ArgumentParser, args: argparse.Namespace, request_cls,
+                  why: str, also=()) -> None:
+    """Refuse the first flag typed that is not a field of `request_cls` (nor in `also`)."""
+    takes = {f.name for f in fields(request_cls)} | {"json", *also}
+    for action in parser._actions:
+        if action.option_strings and action.dest not in takes and given(parser, args,
+                                                                           action.dest):
+            raise InputError(f"{action.option_strings[0]} has no effect {why}")
+
+
+def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
+    """Write --gif and --save, then print the report (one JSON object with --json) and the
+    files written."""
+    from cpcourse.cli.clip_files import write_outputs
+
+    write_outputs(args, res, out)
+    if args.json:
+        print(json.dumps(res["report"], allow_nan=False))
+        return 0
+    print_report(res["report"])
+    for key in ("saved", "gif"):  # every mode writes its files alike
+        if key in res["report"]:
+            print(f"  wrote {res['report'][key]}" + (" (and its .json)" * (key == "saved")))
+    return 0
 
 
 def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
@@ -296,6 +287,3 @@ def _print_report(args: argparse.Namespace, report: dict, layout) -> None:
         print(f"  {describe(report)}")
     if "max_abs_diff_vs_compare" in report:
         print(f"  max |difference| vs {args.compare_to}: {report['max_abs_diff_vs_compare']:.3g}")
-    for key in ("saved", "gif"):
-        if key in report:
-            print(f"  wrote {report[key]}" + (" (and its .json)" if key == "saved" else ""))

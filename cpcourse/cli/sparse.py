@@ -15,56 +15,40 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.fp8_comm import COMM_DTYPES
-from cpcourse.runs.sparse import DTYPES, MASKS, METHODS, SparseRequest, run
-from cpcourse.sparse_cp import BALANCES
-from cpcourse.support.errors import ArgumentParser, positive_float
-from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.cli.from_request import (
+    add_request_flags,
+    mode_table,
+    request_conditions,
+    request_from_args,
+)
+from cpcourse.runs.sparse import SparseRequest, run
+from cpcourse.support.errors import ArgumentParser
+from cpcourse.support.modes import ALWAYS
 
 
 def build_parser():
+    """The flags are SparseRequest's fields (`cpcourse.cli.from_request`), and --compare."""
     p = ArgumentParser(prog="cpcourse sparse", description=__doc__.split("\n")[0])
-    p.add_argument("--nproc", type=int, default=2, help="ranks (2)")
-    p.add_argument("--method", choices=METHODS, default="ulysses")
-    p.add_argument("--mask", choices=MASKS, default="radial")
-    p.add_argument("--balance", choices=BALANCES, default="none",
-                   help="deal heads (ulysses) or query tiles (ring) by kept work (greedy)")
-    p.add_argument("--frames", type=int, default=8, help="token grid frames (8)")
-    p.add_argument("--height", type=int, default=8, help="token grid rows (8)")
-    p.add_argument("--width", type=int, default=8, help="token grid cols (8)")
-    p.add_argument("--heads", type=int, default=12, help="attention heads (12)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--dtype", choices=DTYPES, default="float32")
-    p.add_argument("--comm-dtype", choices=COMM_DTYPES, default="fp32",
-                   help="how K/V travel: fp32 (exact), bf16, fp8 (per token-and-head scales), "
-                        "fp8-tensor (one calibrated scale)")
+    add_request_flags(p, SparseRequest)
     p.add_argument("--compare", action="store_true",
                    help="check against dense masked attention in float64")
-    p.add_argument("--timeout", type=float, default=120.0)
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
 # Where each flag acts (see cpcourse.support.modes): every flag of `sparse` always acts.
-MODE_FLAGS = {name: ALWAYS for name in ("nproc", "method", "mask", "balance", "frames", "height",
-                                        "width", "heads", "seed", "dtype", "comm_dtype",
-                                        "compare", "timeout", "json")}
+MODE_FLAGS = mode_table(SparseRequest) | {"compare": ALWAYS}
 
 
 def mode_conditions(args) -> dict[str, tuple[bool, str]]:
     """No flag of `sparse` depends on another."""
-    return {}
+    return request_conditions(SparseRequest, args)
 
 
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    refuse_inactive(parser, args, MODE_FLAGS, mode_conditions(args))
-    req = SparseRequest(nproc=args.nproc, method=args.method, mask=args.mask,
-                        balance=args.balance, frames=args.frames, height=args.height,
-                        width=args.width, heads=args.heads, seed=args.seed, dtype=args.dtype,
-                        comm_dtype=args.comm_dtype,
-                        timeout=positive_float("timeout", args.timeout, high=3600))
+    req = request_from_args(parser, SparseRequest, args, MODE_FLAGS)
     rep = run(req, compare=args.compare)
     if args.json:
         print(json.dumps(rep, allow_nan=False))

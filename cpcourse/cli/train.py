@@ -22,6 +22,8 @@ import json
 import os
 import sys
 
+from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
+from cpcourse.runs.train_cp import TrainCPRequest
 from cpcourse.support.errors import positive_float, positive_int, require, seed_int
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 
@@ -45,24 +47,15 @@ def build_parser():
                    help="with --causal: fine-tune 'shipped' (default) or a weights file, or "
                         "'scratch'")
     p.add_argument("--json", action="store_true", help="print one JSON object at the end")
-    p.add_argument("--nproc", type=int, default=None,
-                   help="train under CP on P local processes (a smaller model; no --out)")
-    p.add_argument("--cp", choices=("ring", "ulysses"), default="ring",
-                   help="with --nproc: the attention's CP method (ring)")
-    p.add_argument("--dp", type=int, default=1,
-                   help="with --nproc: data-parallel replicas, each of nproc / dp CP ranks (1)")
-    p.add_argument("--compare", action="store_true",
-                   help="with --nproc: train in one process too and compare the weights")
-    p.add_argument("--checkpoint", action="store_true",
-                   help="with --nproc: recompute each block in the backward")
+    # --nproc P: the flags of `cpcourse.runs.train_cp.TrainCPRequest` (its fields)
+    add_request_flags(p, TrainCPRequest, skip=("steps", "seed"), unset=True)
     return p
 
 
 MODE_FLAGS = {"out": "one_process", "force": "one_process", "minutes": "one_process",
               "steps": ALWAYS, "seed": ALWAYS,
               "threads": "one_process", "eval_seeds": "one_process", "causal": "one_process",
-              "init": "causal", "json": ALWAYS, "nproc": ALWAYS, "cp": "cp", "dp": "cp",
-              "compare": "cp", "checkpoint": "cp"}
+              "init": "causal", "json": ALWAYS} | mode_table(TrainCPRequest, skip=("steps", "seed"))
 
 
 def mode_conditions(args) -> dict[str, tuple[bool, str]]:
@@ -103,11 +96,9 @@ def main(argv: list[str]) -> int:
 
 def _main_cp(args) -> int:
     """`--nproc P`: the request checked before any process starts, run, reported."""
-    from cpcourse.runs.train_cp import TrainCPRequest, run
+    from cpcourse.runs.train_cp import run
 
-    report = run(TrainCPRequest(nproc=args.nproc, cp=args.cp, dp=args.dp,
-                                steps=3 if args.steps is None else args.steps, seed=args.seed,
-                                compare=args.compare, checkpoint=args.checkpoint))
+    report = run(TrainCPRequest(**request_values(TrainCPRequest, args)))
     if args.json:
         print(json.dumps(report, allow_nan=False))
         return 0

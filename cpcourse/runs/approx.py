@@ -3,96 +3,118 @@
 
     cpcourse generate --prompt circle-right --nproc 2 --approx displaced --warmup 1 --compare --json
 
-`check_approx` checks everything before a process starts, `launch_approx` runs
-`cpcourse.approx.rank:approx_rank` on the ranks, `approx_report` builds the clip `[T, 3, H, W]`
-and the report (what the tracker sees, bytes per step, seconds waiting on communication, steps
-skipped), and `--compare` samples the exact clip here (one process) and gives PSNR and the
-largest difference against it.
+`ApproxRequest` is the run's parameters, declared once (the approximate flags of `cpcourse
+generate` are its fields) and checked when made, before a process starts; `launch_approx` runs
+`cpcourse.approx.rank.approx_rank(req)` on the ranks, `approx_report` builds the clip
+`[T, 3, H, W]` and the report (what the tracker sees, bytes per step, seconds waiting on
+communication, steps skipped), and `compare` samples the exact clip here (one process) and
+gives PSNR and the largest difference against it. `run(req)` is the three in a row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
 from cpcourse.approx import CACHES, METHODS
-from cpcourse.approx.fbcache import DECISIONS
-from cpcourse.approx.rank import WHOLE_VIDEO
-from cpcourse.runs.generate import GenerateRequest, check_request
-from cpcourse.support.errors import finite_float, positive_int, require
+from cpcourse.approx.fbcache import DECISIONS, RULES
+from cpcourse.approx.rank import WHOLE_VIDEO, approx_rank, approx_ranks
+from cpcourse.runs.generate import GenerateRequest
+from cpcourse.support.errors import finite_float, positive_float, positive_int, require
+from cpcourse.support.request import check_common, flag
 
 SPLITS = ("time", "space")
 
 
 @dataclass(frozen=True)
 class ApproxRequest:
-    """A checked `cpcourse generate --approx` run: the plain request and the method's knobs."""
+    """A checked `cpcourse generate --approx` (or `--cache`) run of the shipped model: the
+    fields are its flags (those it shares with one clip, `prompt` to `timeout`, are spelled
+    by GenerateRequest); `run` is the plain GenerateRequest it approximates."""
 
-    run: GenerateRequest
-    approx: str          # "exact" (all-gather CP: the reference row) or one of METHODS
-    warmup: int
-    patches: int
-    cache: str | None
-    cache_threshold: float
-    cache_decide: str
-    split: str = "time"
+    prompt: str | None = flag(None, "what the trained model draws")
+    nproc: int = flag(2, "ranks")
+    seed: int = flag(0, "noise seed")
+    approx: str | None = flag(None, "approximate CP: stale or missing remote activations "
+                              "(--compare: vs exact); exact: all-gather CP, the reference row",
+                              choices=("exact", *METHODS), acts="trained")
+    warmup: int = flag(0, "--approx: synchronous (exact) steps first", acts="approx")
+    patches: int | None = flag(None, "--approx pipefusion: frame patches through the stages "
+                               "(default 2)", acts="pipefusion")
+    split: str = flag("time", "--approx: what a rank holds, frames (time) or rows (space)",
+                      choices=SPLITS, acts="approximate")
+    cache: str | None = flag(None, "skip steps whose first block barely changed (exact CP, "
+                             "naive, displaced)", choices=CACHES, acts="trained")
+    cache_threshold: float | None = flag(None, "--cache: relative L1 change of the first block "
+                                         "below which a step is skipped (default 0: never)",
+                                         acts="cache")
+    cache_rule: str = flag("output", "--cache: output compares the first block's output with "
+                           "the previous step's (the course's); residual compares its residual "
+                           "with the last step that ran the model (ParaAttention's)",
+                           choices=RULES, acts="cache")
+    cache_decide: str = flag("global", "global: the ranks agree on a skip; local: each alone "
+                             "(a deadlock, on purpose)", choices=DECISIONS, cli=False)
+    steps: int | None = flag(None, "Euler steps (the weights')")
+    cfg_scale: float | None = flag(None, "guidance scale (4)")
+    compare: bool = flag(False, "also sample the exact clip here: PSNR and largest difference")
+    timeout: float = flag(120.0, "seconds the ranks may run")
+    run: GenerateRequest = field(default=None, init=False, repr=False, compare=False)
 
-    def rank_spec(self, cases=None) -> dict:
-        return {**self.run.rank_spec(), "approx": self.approx, "warmup": self.warmup,
-                "patches": self.patches, "cache": self.cache,
-                "cache_threshold": self.cache_threshold, "cache_decide": self.cache_decide,
-                "split": self.split, "cases": cases}
+    def __post_init__(self):
+        check_common(self)
+        approx, split, cache = self.approx, self.split, self.cache
+        require(approx is not None or cache is not None, "give `approx` or `cache`")
+        require(split == "time" or approx not in WHOLE_VIDEO, f"split space: {approx} splits "
+                "the model, not the video (pipefusion's patches are whole frames, asyncdiff "
+                "holds the whole latent): use split=time")
+        run = GenerateRequest(nproc=self.nproc, seed=self.seed, prompt=self.prompt,
+                              steps=self.steps, cfg_scale=self.cfg_scale)
+        require(run.cfg.attention == "full", "the approximate methods replace full 3D "
+                "attention: these weights use factored attention")
+        frames, rows = run.shape[2], run.shape[3] // run.cfg.patch
+        parts = (frames, "latent frames") if split == "time" else (rows, "rows of tokens")
+        require(parts[0] % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does "
+                f"not divide the {parts[0]} {parts[1]}: the patch methods all-gather equal "
+                "shards")
+        warmup = positive_int("warmup", self.warmup, allow_zero=True)
+        require(warmup <= run.steps, f"warmup {warmup} is past the run's {run.steps} steps: at "
+                f"warmup {run.steps} every step is already synchronous (exact); use at most "
+                f"{run.steps}")
+        if approx in WHOLE_VIDEO:
+            require(run.nproc <= run.cfg.depth, f"nproc {run.nproc}: {approx} gives each rank "
+                    f"at least one of the model's {run.cfg.depth} blocks; use at most "
+                    f"{run.cfg.depth}")
+        patches = 2 if self.patches is None else positive_int("patches", self.patches)
+        require(approx == "pipefusion" or patches == 2, "patches is for approx=pipefusion")
+        require(patches <= frames, f"patches {patches}: pipefusion's patches are whole frames "
+                f"and the clip has {frames} latent frames; use at most {frames}")
+        require(cache is None or approx not in WHOLE_VIDEO, f"cache fbcache skips steps of the "
+                f"patch methods (exact CP, naive, displaced), not of {approx}")
+        require(cache is not None or self.cache_rule == "output",
+                f"cache_rule {self.cache_rule}: it is the rule of cache=fbcache; give cache too")
+        threshold = (0.0 if self.cache_threshold is None
+                     else finite_float("cache_threshold", self.cache_threshold))
+        require(threshold >= 0, f"cache_threshold {threshold}: a relative change, at least 0")
+        positive_float("timeout", self.timeout, high=3600)
+        for name, value in (("run", run), ("approx", approx or "exact"), ("patches", patches),
+                            ("cache_threshold", threshold)):
+            object.__setattr__(self, name, value)  # set once, when made
 
 
-def check_approx(nproc: int, seed: int = 0, *, prompt=None, approx=None, warmup=0, patches=None,
-                 split="time", cache=None, cache_threshold=None, cache_decide="global",
-                 steps=None, cfg_scale=None) -> ApproxRequest:
-    """The arguments as an ApproxRequest, or an InputError naming the parameter."""
-    require(approx is not None or cache is not None, "give `approx` or `cache`")
-    require(approx is None or approx in ("exact", *METHODS),  # exact: all-gather CP
-            f"approx must be one of {', '.join(METHODS)}, got {approx!r}")
-    require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    require(split == "time" or approx not in WHOLE_VIDEO, f"split space: {approx} splits "
-            "the model, not the video (pipefusion's patches are whole frames, asyncdiff holds "
-            "the whole latent): use split=time")
-    run = check_request(nproc, seed, prompt=prompt, steps=steps, cfg_scale=cfg_scale)
-    require(run.cfg.attention == "full", "the approximate methods replace full 3D attention: "
-            "these weights use factored attention")
-    frames, rows = run.shape[2], run.shape[3] // run.cfg.patch
-    parts = (frames, "latent frames") if split == "time" else (rows, "rows of tokens")
-    require(parts[0] % run.nproc == 0 or approx in WHOLE_VIDEO, f"nproc {run.nproc} does not "
-            f"divide the {parts[0]} {parts[1]}: the patch methods all-gather equal shards")
-    warmup = positive_int("warmup", warmup, allow_zero=True)
-    require(warmup <= run.steps, f"warmup {warmup} is past the run's {run.steps} steps: at "
-            f"warmup {run.steps} every step is already synchronous (exact); use at most "
-            f"{run.steps}")
-    if approx in WHOLE_VIDEO:
-        require(run.nproc <= run.cfg.depth, f"nproc {run.nproc}: {approx} gives each rank at "
-                f"least one of the model's {run.cfg.depth} blocks; use at most {run.cfg.depth}")
-    patches = 2 if patches is None else positive_int("patches", patches)
-    require(approx == "pipefusion" or patches == 2 or patches is None,
-            "patches is for approx=pipefusion")
-    require(patches <= frames, f"patches {patches}: pipefusion's patches are whole frames and "
-            f"the clip has {frames} latent frames; use at most {frames}")
-    require(cache is None or cache in CACHES, f"cache must be one of {CACHES}, got {cache!r}")
-    require(cache is None or approx not in WHOLE_VIDEO, f"cache fbcache skips steps of the patch "
-            f"methods (exact CP, naive, displaced), not of {approx}")
-    require(cache_decide in DECISIONS, f"cache_decide must be one of {DECISIONS}")
-    threshold = 0.0 if cache_threshold is None else finite_float("cache_threshold",
-                                                                 cache_threshold)
-    require(threshold >= 0, f"cache_threshold {threshold}: a relative change, at least 0")
-    return ApproxRequest(run=run, approx=approx or "exact", warmup=warmup, patches=patches,
-                         cache=cache, cache_threshold=threshold, cache_decide=cache_decide,
-                         split=split)
+def check_approx(nproc: int = 2, seed: int = 0, **fields) -> ApproxRequest:
+    """`ApproxRequest(nproc=nproc, seed=seed, **fields)`, or an InputError naming the
+    parameter."""
+    return ApproxRequest(nproc=nproc, seed=seed, **fields)
 
 
-def launch_approx(request: ApproxRequest, cases=None, timeout: float = 120.0, stream=False):
-    """The ranks' results (one dict per rank) of `approx_rank`."""
+def launch_approx(request: ApproxRequest, cases=None, timeout: float | None = None,
+                  stream=False):
+    """The ranks' results (one dict per rank) of `approx_rank(request, cases)`."""
     from cpcourse.launch import launch
 
-    return launch("cpcourse.approx.rank:approx_rank", request.run.nproc, timeout=timeout,
-                  args=(request.rank_spec(cases),), stream=stream)
+    return launch(approx_rank, request.nproc, args=(request, cases), stream=stream,
+                  timeout=request.timeout if timeout is None else timeout)
 
 
 def clip_latents(request: ApproxRequest, results, i: int = 0) -> torch.Tensor:
@@ -119,6 +141,7 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
               "patches": request.patches if request.approx == "pipefusion" else None,
               "cache": request.cache,
               "cache_threshold": request.cache_threshold if request.cache else None,
+              "cache_rule": request.cache_rule if request.cache else None,
               "bytes_per_step": max(p["bytes"] for p in per) / run.steps,
               "bytes_per_step_per_rank": [p["bytes"] / run.steps for p in per],
               "exposed_comm_seconds": max(p["exposed_seconds"] for p in per),
@@ -127,7 +150,7 @@ def approx_report(request: ApproxRequest, results, compare: bool = False) -> tup
               "first_block_change": per[0]["changes"] if request.cache else None}
     report.update(tracked_report(run.prompt, clip))
     if compare:
-        exact_clip = to_clip(single_process_sample(run.rank_spec()))
+        exact_clip = to_clip(single_process_sample(run))
         report.update(against(clip, exact_clip))
         report.update(exactness(request, report, exact_clip))
     return clip, report
@@ -153,13 +176,16 @@ def exactness(request: ApproxRequest, report: dict, exact_clip) -> dict:
             "no_tolerance_because": f"approximate by design ({why}): judge it by psnr_vs_exact"}
 
 
-def run_approx(nproc: int, seed: int = 0, *, compare: bool = False, timeout: float = 120.0,
-               stream=False, **knobs) -> dict:
-    """Sample one clip; `knobs` are `check_approx`'s. Returns {"clip", "latents", "report"}."""
-    request = check_approx(nproc, seed, **knobs)
-    results = launch_approx(request, timeout=timeout, stream=stream)
-    clip, report = approx_report(request, results, compare)
-    return {"clip": clip, "latents": clip_latents(request, results), "report": report}
+def run(req: ApproxRequest, stream=False) -> dict:
+    """Sample one clip. Returns {"clip" [T, 3, H, W], "latents", "report"}."""
+    results = launch_approx(req, stream=stream)
+    clip, report = approx_report(req, results, req.compare)
+    return {"clip": clip, "latents": clip_latents(req, results), "report": report}
+
+
+def run_approx(nproc: int = 2, seed: int = 0, *, stream=False, **fields) -> dict:
+    """`run(ApproxRequest(nproc=nproc, seed=seed, **fields))`: one call."""
+    return run(ApproxRequest(nproc=nproc, seed=seed, **fields), stream=stream)
 
 
 def approx_clips(request: ApproxRequest, cases, timeout: float = 600.0) -> list[dict]:
@@ -176,8 +202,7 @@ def approx_sweep(requests: list[ApproxRequest], cases, timeout: float = 600.0) -
 
     nproc = requests[0].run.nproc
     require(all(r.run.nproc == nproc for r in requests), "every request must use the same nproc")
-    out = launch("cpcourse.approx.rank:approx_ranks", nproc, timeout=timeout,
-                 args=([r.rank_spec(cases) for r in requests],), stream=False)
+    out = launch(approx_ranks, nproc, timeout=timeout, args=(requests, cases), stream=False)
     return [_clips(req, [ranks[i] for ranks in out], len(cases))
             for i, req in enumerate(requests)]
 
@@ -196,3 +221,24 @@ def _clips(request: ApproxRequest, results, n: int) -> list[dict]:
                     "changes": per[0]["changes"],
                     "local_changes": [p["local_changes"] for p in per]})
     return out
+
+
+def print_report(report: dict) -> None:
+    """`run`'s report, a few lines for a terminal."""
+    tr = report["track"]
+    print(f"sampled '{report['prompt']}' with {report['approx']} (warm-up {report['warmup']} of "
+          f"{report['steps']} steps) on {report['nproc']} processes: a {tr['shape']} moving "
+          f"{tr['direction']} ({'matches' if report['matches_prompt'] else 'does NOT match'} "
+          f"the prompt)")
+    print(f"  sent {report['bytes_per_step'] / 1e3:.1f} kB per step (the busiest rank), waited "
+          f"{report['exposed_comm_seconds']:.3f} s on communication, skipped "
+          f"{report['steps_skipped']} steps")
+    if "psnr_vs_exact" in report:
+        psnr = report["psnr_vs_exact"]
+        print(f"  vs the exact clip: PSNR {'inf' if psnr is None else f'{psnr:.1f}'} dB, max "
+              f"|difference| {report['max_abs_diff_vs_exact']:.3g}")
+        if report["exact"]:
+            ok = "within" if report["within_tolerance"] else "OUTSIDE"
+            print(f"  exact CP: {ok} the tolerance {report['tolerance']:.2g}")
+        else:
+            print(f"  no tolerance: {report['no_tolerance_because']}")

@@ -14,7 +14,7 @@ tracker sees the prompted shape moving the prompted way) and `max_abs_diff_vs_ex
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -22,35 +22,44 @@ from cpcourse.fp8_comm import COMM_DTYPES, Codec, calibrated_scale
 from cpcourse.launch import launch
 from cpcourse.sparse import BlockMask
 from cpcourse.sparse_cp import ulysses_sparse
-from cpcourse.support.errors import require
+from cpcourse.support.errors import positive_float, require
+from cpcourse.support.request import check_common, flag
 
 
 @dataclass(frozen=True)
 class CommRequest:
-    """One clip with its attention traffic in `comm_dtype` (fp32 is exact Ulysses)."""
+    """One clip with its attention traffic in `comm_dtype` (fp32 is exact Ulysses): the fields
+    are `cpcourse generate --comm-dtype`'s flags; `run` is the plain GenerateRequest it
+    samples (the shipped model at its own size and settings, in fp32)."""
 
-    prompt: str = "circle-right"
-    seed: int = 0
-    nproc: int = 2
-    comm_dtype: str = "fp8"
-    timeout: float = 300.0
+    prompt: str = flag("circle-right", "what the trained model draws")
+    seed: int = flag(0, "noise seed")
+    nproc: int = flag(2, "ranks")
+    comm_dtype: str = flag("fp8", "send attention's q, k, v and out as fp32, bf16 or fp8 "
+                           "(Ulysses; --compare: PSNR vs the exact clip)", choices=COMM_DTYPES,
+                           acts="comm")
+    compare: bool = flag(True, "also sample the exact clip here: PSNR and largest difference")
+    timeout: float = flag(300.0, "seconds the ranks may run")
+    run: object = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self):
-        require(self.comm_dtype in COMM_DTYPES,
-                f"comm_dtype must be one of {', '.join(COMM_DTYPES)}, got {self.comm_dtype!r}")
-        run = self.generate()
-        heads = run.cfg.heads
+        from cpcourse.runs.generate import GenerateRequest
+
+        check_common(self)
+        positive_float("timeout", self.timeout, high=3600)
+        run = GenerateRequest(nproc=self.nproc, seed=self.seed, prompt=self.prompt)
+        heads, frames = run.cfg.heads, run.shape[2]
         require(run.cfg.attention == "full", "comm_dtype sends full attention's q, k, v: these "
                 "weights use factored attention")
-        require(heads % self.nproc == 0 and run.shape[2] % self.nproc == 0,
+        require(heads % self.nproc == 0 and frames % self.nproc == 0,
                 f"nproc {self.nproc}: Ulysses needs it to divide the {heads} heads and the "
-                f"{run.shape[2]} frames; use one of "
-                f"{[p for p in range(1, heads + 1) if heads % p == 0 == run.shape[2] % p]}")
+                f"{frames} frames; use one of "
+                f"{[p for p in range(1, heads + 1) if heads % p == 0 == frames % p]}")
+        object.__setattr__(self, "run", run)  # set once, when made
 
     def generate(self):
-        from cpcourse.runs.generate import check_request
-
-        return check_request(self.nproc, self.seed, prompt=self.prompt)
+        """The plain GenerateRequest this run samples (`run`)."""
+        return self.run
 
 
 class _Hook:
@@ -86,31 +95,31 @@ def rank(req: CommRequest) -> dict:
     from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
     from cpcourse.video import frame_offset
 
-    r, world = dist.get_rank(), dist.get_world_size()
-    spec = req.generate().rank_spec()
-    model = spec_model(spec)
-    _, _, t, hl, wl = spec["shape"]
+    r, world, run = dist.get_rank(), dist.get_world_size(), req.run
+    model = spec_model(run)
+    _, _, t, hl, wl = run.shape
     grid = (hl // model.cfg.patch, wl // model.cfg.patch)
-    noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"]), world,
-                               dim=2)[r].contiguous()
+    noise = torch.tensor_split(initial_noise(tuple(run.shape), run.seed), world,
+                               dim=2)[r].contiguous()  # [B, C, T/P, Hl, Wl]
     hook = _Hook(req.comm_dtype, (t, *grid))
     ctx = CPContext(group=dist.group.WORLD, frame_offset=frame_offset(t, r, world), grid=grid,
                     attend=hook)
     with torch.inference_mode():
-        frames = sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"], ctx)
+        frames = sample(model, noise, run.cond, run.steps, run.cfg_scale, ctx)
     sent = sum(st["bytes_sent"] for st in hook.stats)
     fp32 = sum(st["dense_bytes"] for st in hook.stats)
     return {"frames": frames, "comm_bytes": int(sent), "comm_bytes_bf16": int(fp32 // 2)}
 
 
-def run(req: CommRequest, compare: bool = True) -> dict:
+def run(req: CommRequest, compare: bool | None = None) -> dict:
     """Launch the ranks; the report as the module docstring says."""
     from cpcourse.approx.quality import psnr
     from cpcourse.tinydit.moving_shapes import matches, track
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import to_clip
 
-    results = launch("cpcourse.runs.comm_generate:rank", req.nproc, timeout=req.timeout,
+    compare = req.compare if compare is None else compare
+    results = launch(rank, req.nproc, timeout=req.timeout,
                      args=(req,), stream=False, threads=1)
     clip = to_clip(torch.cat([res["frames"] for res in results], dim=2))
     seen = track(clip)
@@ -122,8 +131,21 @@ def run(req: CommRequest, compare: bool = True) -> dict:
            "tracked": bool(ok["direction"] and ok["shape"]),
            "track": {"direction": seen["direction"], "shape": seen["shape"]}}
     if compare:
-        exact = to_clip(single_process_sample(req.generate().rank_spec()))
+        exact = to_clip(single_process_sample(req.run))
         rep.update(psnr=psnr(clip, exact),
                    max_abs_diff_vs_exact=float((clip - exact).abs().max()),
                    exact=req.comm_dtype == "fp32")
     return rep
+
+
+def print_report(report: dict) -> None:
+    """`run`'s report, a few lines for a terminal."""
+    print(f"{report['prompt']} (seed {report['seed']}) on {report['nproc']} ranks, attention "
+          f"traffic in {report['comm_dtype']}: {report['comm_bytes'] / 1e6:.2f} MB sent (bf16: "
+          f"{report['comm_bytes_bf16'] / 1e6:.2f} MB); tracker: {report['track']['shape']} "
+          f"moving {report['track']['direction']} ({'as' if report['tracked'] else 'NOT as'} "
+          f"prompted)")
+    if "psnr" in report:
+        p = "identical" if report["psnr"] is None else f"PSNR {report['psnr']:.1f} dB"
+        print(f"  against the exact clip: {p}, max |difference| "
+              f"{report['max_abs_diff_vs_exact']:.3g}")

@@ -2,48 +2,140 @@
 
     cpcourse generate --prompt circle-right --seed 0 --nproc 2 --compare --json
 
-`run_generate(nproc, ...)` runs four named steps: `check_request` turns the arguments into a
-`GenerateRequest` (every input checked before a process starts), `launch_ranks` runs
-`cpcourse.tinydit.sampling.generate_rank` (or `generate_mesh_rank` under a layout) on the ranks,
-`build_report` gathers the frames `[B, C, T, Hl, Wl]` and what each rank measured, and
-`compare_with_one_process` samples the same clip here and gives the largest difference.
+`run(GenerateRequest(nproc=2, prompt="circle-right"))`: the Request is the run's parameters,
+declared once (they are the command's flags) and checked when it is made, before a process
+starts; `rank(req)` runs on every rank (`cpcourse.tinydit.sampling.generate_rank`, or
+`generate_mesh_rank` under a layout) reading the Request's fields; `build_report` gathers the
+frames `[B, C, T, Hl, Wl]` and what each rank measured, and `compare_with_one_process` samples
+the same clip here and gives the largest difference. `run_generate(nproc, **fields)` is the
+same in one call.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
-from cpcourse.tinydit.model import DiTConfig
-from cpcourse.tinydit.sampling import DTYPES
+from cpcourse.support.errors import guidance_scale, positive_float, positive_int, require
+from cpcourse.support.request import check_common, flag
+from cpcourse.tinydit.model import ATTENTIONS, DiTConfig
+from cpcourse.tinydit.sampling import DTYPES, generate_mesh_rank, generate_rank
 from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
 from cpcourse.video import FULL_METHODS, TEMPORAL_METHODS
 
 
+def _derived():
+    return field(default=None, init=False, repr=False, compare=False)
+
+
 @dataclass(frozen=True)
 class GenerateRequest:
-    """One sampling run, checked. `shape` is the latents' [B, C, T, Hl, Wl]; `cond` what the
-    model is conditioned on (the prompt's (shape, direction) ids, or the random model's label);
-    `path` the weights file (None: the seeded random DiT); `layout` None (every rank a CP rank)
-    or a `cpcourse.support.layout.Layout` of `nproc` ranks."""
+    """One sampling run, checked: the fields are `cpcourse generate`'s flags (one declaration;
+    `acts` names the mode in which each acts, `cpcourse.cli.generate.mode_conditions`). A field
+    left None takes the weights' default when the Request is made (`frames` 8 for trained
+    weights, 8 x 16 x 16 and 4 steps for random ones; `nproc` 2 or the layout's world).
 
-    nproc: int
-    seed: int
-    weights: str
-    path: str | None
-    cfg: DiTConfig
-    shape: tuple[int, int, int, int, int]
-    steps: int
-    cfg_scale: float
-    cond: object
-    prompt: str | None
-    dtype: str
-    weight_seed: int
-    temporal_method: str
-    full_method: str
-    layout: object = None
+    Derived when made: `path` the weights file (None: the seeded random DiT), `cfg` its
+    DiTConfig, `shape` the latents' [B, C, T, Hl, Wl], `cond` what the model is conditioned on
+    (the prompt's (shape, direction) ids, or the random model's label); `layout` becomes a
+    `cpcourse.support.layout.Layout` of `nproc` ranks. The sampling ranks
+    (`cpcourse.tinydit.sampling.generate_rank`) read these attributes: no dict between."""
+
+    prompt: str | None = flag(None, "what the trained model draws, e.g. circle-right "
+                              "(--list-prompts)", acts="trained")
+    weights: str = flag("shipped", "shipped (default), a file from `cpcourse train`, or random",
+                        acts="clips")
+    nproc: int | None = flag(None, "processes (CP degree), default 2 (with --layout: its world "
+                             "size)", acts="clips")
+    layout: str | None = flag(None, "a mesh, e.g. cfg=2,ulysses=2,ring=1,tp=1 (degrees multiply "
+                              "to --nproc)", acts="one_clip")
+    seed: int = flag(0, "noise seed", acts="clips")
+    frames: int | None = flag(None, "frames T (default 8)", acts="plain")
+    height: int | None = flag(None, "height (default 32; random: 16)", acts="plain")
+    width: int | None = flag(None, "width (default 32; random: 16)", acts="plain")
+    steps: int | None = flag(None, "Euler steps (default: the weights'; random: 4)", acts="clips")
+    cfg_scale: float | None = flag(None, "guidance scale (default 4)",
+                                   spelled=("--cfg-scale", "--cfg"), acts="clips")
+    label: int | None = flag(None, "class id for --weights random (default 3)", acts="random")
+    attention: str | None = flag(None, "random weights only: factored (default) or full",
+                                 choices=ATTENTIONS, acts="random_clip")
+    temporal_method: str | None = flag(None, "temporal attention under CP, with --attention "
+                                       "factored (all_to_all)", choices=TEMPORAL_METHODS,
+                                       spelled=("--temporal",), acts="plain_cp")
+    full_method: str | None = flag(None, "3D attention under CP, for full attention (ring)",
+                                   choices=FULL_METHODS, spelled=("--full",), acts="plain_cp")
+    dtype: str = flag("fp32", "what sampling runs in", choices=sorted(DTYPES), acts="clips")
+    compare: bool = flag(False, "also sample in this process and report the largest "
+                         "difference", acts="clips")
+    timeout: float | None = flag(None, "seconds the ranks may run (120; windows: 300)",
+                                 acts="clips")
+    batch: int = flag(1, "clips sampled together (the random model)", cli=False)
+    weight_seed: int = flag(0, "the random DiT's weights", cli=False)
+    model: dict | None = flag(None, "the random DiT's DiTConfig fields", cli=False)
+    measure_memory: bool = flag(True, "track each rank's peak (it slows every op)", cli=False)
+    path: str | None = _derived()
+    cfg: DiTConfig = _derived()
+    shape: tuple = _derived()
+    cond: object = _derived()
+
+    def __post_init__(self):
+        path, trained_cfg = weights_config(self.weights)
+        defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
+        unset = {"temporal_method": "all_to_all", "full_method": "ring", "timeout": 120.0,
+                 **{k: defaults[k] for k in ("frames", "height", "width", "steps", "cfg_scale")}}
+        self._set(path=path, **{k: v for k, v in unset.items() if getattr(self, k) is None})
+        if self.layout is not None:
+            self._set(layout=_layout(self.layout, self.nproc))
+        if self.nproc is None:
+            self._set(nproc=2 if self.layout is None else self.layout.world)
+        check_common(self)
+        positive_int("frames", self.frames)
+        self._set(cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
+        positive_float("timeout", self.timeout, high=3600)
+        cp = self.nproc if self.layout is None else self.layout.cp
+        require(cp <= self.frames, f"{'`nproc`' if self.layout is None else 'ring x ulysses'} "
+                f"{cp} is more than the {self.frames} latent frames to split: use "
+                f"{self.frames} or fewer, or more `frames`")
+        if path is not None:
+            self._trained(trained_cfg, defaults)
+        else:
+            self._random()
+        _check_split(self.cfg, self.nproc, self.layout, self.full_method)
+        check_frame_size(self.cfg, self.height, self.width)
+        self._set(shape=(positive_int("batch", self.batch), self.cfg.in_channels, self.frames,
+                         self.height, self.width))
+        require(positive_int("steps", self.steps) <= 1000, f"steps {self.steps}: use at most "
+                "1000")
+
+    def _set(self, **values) -> None:
+        for name, value in values.items():  # a frozen dataclass sets its own fields once
+            object.__setattr__(self, name, value)
+
+    def _trained(self, cfg: DiTConfig, defaults: dict) -> None:
+        """The trained weights' config, prompt and condition: their size is fixed, --prompt
+        picks what they draw."""
+        from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
+
+        require(self.label is None, "label conditions the random model: the trained model "
+                f"takes `prompt` ({', '.join(PROMPTS)})")
+        require(self.model is None and self.batch == 1, "the trained model's size is fixed by "
+                "its weights and it draws one clip per run")
+        require(self.attention in (None, cfg.attention), f"these weights were trained with "
+                f"attention={cfg.attention}: leave `attention` out (or use weights=random)")
+        prompt = self.prompt or PROMPTS[1]
+        require(self.frames <= 4 * defaults["frames"], f"frames {self.frames}: the model was "
+                f"trained on {defaults['frames']} frames; use at most {4 * defaults['frames']}")
+        self._set(cfg=cfg, prompt=prompt, cond=parse_prompt(prompt))
+
+    def _random(self) -> None:
+        """The seeded random DiT's config and label: `model` and `attention` choose its size."""
+        require(self.prompt is None, "prompt needs trained weights: drop weights=random, or "
+                "condition the random model with `label`")
+        cfg = DiTConfig(**{**(self.model or {}), "attention": self.attention or "factored"})
+        label = 3 if self.label is None else self.label
+        require(0 <= label < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
+        self._set(cfg=cfg, label=label, cond=label)
 
     @property
     def trained(self) -> bool:
@@ -56,7 +148,7 @@ class GenerateRequest:
         return (t, c, h, w) if self.trained else self.shape
 
     def rank_spec(self) -> dict:
-        """What every rank (and the one-process reference) is handed."""
+        """The run as a dict, for the ranks that still take one (approx, windows)."""
         spec = {"model": self.cfg.as_dict(), "weights": self.path, "dtype": self.dtype,
                 "weight_seed": self.weight_seed, "seed": self.seed, "shape": list(self.shape),
                 "steps": self.steps, "cfg_scale": self.cfg_scale, "label": self.cond,
@@ -66,76 +158,40 @@ class GenerateRequest:
         return spec
 
 
-def run_generate(nproc: int, seed: int = 0, *, prompt: str | None = None,
-                 weights: str = "shipped", frames: int | None = None, height: int | None = None,
-                 width: int | None = None, batch: int = 1, steps: int | None = None,
-                 cfg_scale: float | None = None, label: int | None = None,
-                 attention: str | None = None, temporal_method: str = "all_to_all",
-                 full_method: str = "ring", dtype: str = "fp32", weight_seed: int = 0,
-                 model: dict | None = None, compare: bool = False, timeout: float = 120.0,
-                 stream=False, layout=None) -> dict:
-    """Sample on `nproc` processes.
+def rank(req: GenerateRequest) -> dict:
+    """On each rank: its frames of the sample `[B, C, T/P, Hl, Wl]`, its peak memory, its time
+    per step (`generate_rank`; under a layout `generate_mesh_rank`, with bytes per mesh dim)."""
+    return generate_rank(req) if req.layout is None else generate_mesh_rank(req)
 
-    `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
-    `cpcourse.support.layout.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
-    ulysses x tp, the frames split over ring x ulysses, attention by USP.
 
-    Returns {"latents": [B, C, T, Hl, Wl], "clip": [T, 3, H, W] in [0, 1] (trained weights
-    only, else None), "report": {...}}. `weights`: "shipped", a file from `cpcourse train`, or
-    "random" (then `label`, `attention`, `model` and `weight_seed` choose the random DiT).
-    """
-    request = check_request(
-        nproc, seed, prompt=prompt, weights=weights, frames=frames, height=height, width=width,
-        batch=batch, steps=steps, cfg_scale=cfg_scale, label=label, attention=attention,
-        temporal_method=temporal_method, full_method=full_method, dtype=dtype,
-        weight_seed=weight_seed, model=model, layout=layout)
-    results = launch_ranks(request, timeout=timeout, stream=stream)
-    latents, clip, report = build_report(request, results)
-    if compare:
-        report.update(compare_with_one_process(request, latents, clip))
+def run(req: GenerateRequest, stream=False) -> dict:
+    """Sample `req` on `req.nproc` ranks. Returns {"latents": [B, C, T, Hl, Wl], "clip":
+    [T, 3, H, W] in [0, 1] (trained weights only, else None), "report": {...}}; with
+    `req.compare` the report holds the largest difference from one process's sample."""
+    from cpcourse.launch import launch
+
+    results = launch(rank, req.nproc, timeout=req.timeout, args=(req,), stream=stream)
+    latents, clip, report = build_report(req, results)
+    if req.compare:
+        report.update(compare_with_one_process(req, latents, clip))
     return {"latents": latents, "clip": clip, "report": report}
 
 
-def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", frames=None,
-                  height=None, width=None, batch=1, steps=None, cfg_scale=None, label=None,
-                  attention=None, temporal_method="all_to_all", full_method="ring",
-                  dtype="fp32", weight_seed=0, model=None, layout=None) -> GenerateRequest:
-    """`run_generate`'s arguments as a `GenerateRequest`, or an InputError naming the parameter.
-    Unset sizes, steps and guidance take the weights' defaults; the weights file is read here."""
-    path, trained_cfg = weights_config(weights)
-    defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
-    frames, height, width, steps, cfg_scale = (
-        defaults[k] if v is None else v for k, v in (
-            ("frames", frames), ("height", height), ("width", width), ("steps", steps),
-            ("cfg_scale", cfg_scale)))
-    nproc, frames = positive_int("nproc", nproc), positive_int("frames", frames)
-    cfg_scale = guidance_scale("cfg_scale", cfg_scale)
-    seed = seed_int("seed", seed)
-    require(temporal_method in TEMPORAL_METHODS,
-            f"temporal_method must be one of {TEMPORAL_METHODS}")
-    require(full_method in FULL_METHODS, f"full_method must be one of {FULL_METHODS}")
-    require(dtype in DTYPES, f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
-    if layout is not None:
-        layout = _layout(layout, nproc)
-    cp = nproc if layout is None else layout.cp
-    require(cp <= frames, f"{'`nproc`' if layout is None else 'ring x ulysses'} {cp} is more "
-            f"than the {frames} latent frames to split: use {frames} or fewer, or more `frames`")
-    if path is not None:
-        cfg, prompt, cond = _trained_model(trained_cfg, defaults, frames, prompt=prompt,
-                                           label=label, model=model, batch=batch,
-                                           attention=attention)
-    else:
-        cfg, cond = _random_model(prompt=prompt, label=label, model=model, attention=attention)
-    _check_split(cfg, nproc, layout, full_method)
-    check_frame_size(cfg, height, width)
-    shape = (positive_int("batch", batch), cfg.in_channels, frames, height, width)
-    steps = positive_int("steps", steps)
-    require(steps <= 1000, f"steps {steps}: use at most 1000")
-    return GenerateRequest(nproc=nproc, seed=seed, weights=weights, path=path, cfg=cfg,
-                           shape=shape, steps=steps, cfg_scale=cfg_scale, cond=cond,
-                           prompt=prompt, dtype=dtype, weight_seed=weight_seed,
-                           temporal_method=temporal_method, full_method=full_method,
-                           layout=layout)
+def run_generate(nproc: int | None = None, seed: int = 0, *, stream=False, **fields) -> dict:
+    """`run(GenerateRequest(nproc=nproc, seed=seed, **fields))`: the notebooks' one line.
+
+    `layout`: None (every rank a CP rank, `temporal_method` / `full_method`), or a
+    `cpcourse.support.layout.Layout` (or its text, "cfg=2,ulysses=2") of nproc ranks: cfg x ring x
+    ulysses x tp, the frames split over ring x ulysses, attention by USP. `weights`: "shipped",
+    a file from `cpcourse train`, or "random" (then `label`, `attention`, `model` and
+    `weight_seed` choose the random DiT)."""
+    return run(GenerateRequest(nproc=nproc, seed=seed, **fields), stream=stream)
+
+
+def check_request(nproc: int | None = None, seed: int = 0, **fields) -> GenerateRequest:
+    """`GenerateRequest(nproc=nproc, seed=seed, **fields)`: checked, or an InputError naming
+    the parameter."""
+    return GenerateRequest(nproc=nproc, seed=seed, **fields)
 
 
 def check_frame_size(cfg: DiTConfig, height, width) -> None:
@@ -145,34 +201,6 @@ def check_frame_size(cfg: DiTConfig, height, width) -> None:
                 f"{name} {val} must be a multiple of the patch size {cfg.patch}")
         require(val <= 64 * cfg.patch, f"{name} {val} is too large for this tiny model: "
                 f"use at most {64 * cfg.patch}")
-
-
-def _trained_model(cfg: DiTConfig, defaults: dict, frames: int, *, prompt, label, model, batch,
-                   attention) -> tuple[DiTConfig, str, tuple[int, int]]:
-    """The trained weights' (config, prompt, condition): their size is fixed, --prompt picks."""
-    from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
-
-    require(label is None, "label conditions the random model: the trained model takes "
-            f"`prompt` ({', '.join(PROMPTS)})")
-    require(model is None and batch == 1, "the trained model's size is fixed by its weights "
-            "and it draws one clip per run")
-    require(attention in (None, cfg.attention), f"these weights were trained with "
-            f"attention={cfg.attention}: leave `attention` out (or use weights=random)")
-    prompt = prompt or PROMPTS[1]
-    cond = parse_prompt(prompt)
-    require(frames <= 4 * defaults["frames"], f"frames {frames}: the model was trained on "
-            f"{defaults['frames']} frames; use at most {4 * defaults['frames']}")
-    return cfg, prompt, cond
-
-
-def _random_model(*, prompt, label, model, attention) -> tuple[DiTConfig, int]:
-    """The seeded random DiT's (config, label): `model` and `attention` choose its size."""
-    require(prompt is None, "prompt needs trained weights: drop weights=random, or "
-            "condition the random model with `label`")
-    cfg = DiTConfig(**{**(model or {}), "attention": attention or "factored"})
-    label = 3 if label is None else label
-    require(0 <= label < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
-    return cfg, label
 
 
 def _check_split(cfg: DiTConfig, nproc: int, layout, full_method: str) -> None:
@@ -193,18 +221,9 @@ def _layout(layout, nproc: int):
     from cpcourse.support.layout import Layout
 
     layout = Layout.parse(layout) if isinstance(layout, str) else layout
-    require(layout.world == nproc, f"layout {layout} needs {layout.world} ranks: pass nproc="
-            f"{layout.world} (or leave `nproc` out)")
+    require(nproc is None or layout.world == nproc, f"layout {layout} needs {layout.world} "
+            f"ranks: pass nproc={layout.world} (or leave `nproc` out)")
     return layout
-
-
-def launch_ranks(request: GenerateRequest, timeout: float = 120.0, stream=False):
-    """Sample on `request.nproc` ranks; returns their `RankResults` (one dict per rank)."""
-    from cpcourse.launch import launch
-
-    target = "generate_rank" if request.layout is None else "generate_mesh_rank"
-    return launch(f"cpcourse.tinydit.sampling:{target}", request.nproc, timeout=timeout,
-                  args=(request.rank_spec(),), stream=stream)
 
 
 def build_report(request: GenerateRequest, results) -> tuple[torch.Tensor, object, dict]:
@@ -264,7 +283,7 @@ def compare_with_one_process(request: GenerateRequest, latents: torch.Tensor, cl
     from cpcourse.tinydit.sampling import single_process_sample
     from cpcourse.tinydit.training import to_clip
 
-    single = single_process_sample(request.rank_spec())
+    single = single_process_sample(request)
     mine = latents if not request.trained else clip
     other = single if not request.trained else to_clip(single)
     used = request.full_method if request.cfg.attention == "full" else request.temporal_method

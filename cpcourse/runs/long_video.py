@@ -2,21 +2,25 @@
 
     cpcourse generate --frames 32 --window 8 --stride 4 --nproc 2 --compare --json
 
-`run_long(nproc, ...)` checks its arguments into a `LongVideoRequest`, runs the windowed sampler
-on the ranks (`cpcourse.tinydit.windows.windows_rank`: whole windows per rank, or each window
-under CP), and reports the schedule, the bytes each rank sends per step, the peak working memory
-of one window's forward beside the whole run's peak and the latent state, and the seam metric;
-`compare=True` also samples in this process. `print_report` prints that report.
+`run(LongVideoRequest(window=8, nproc=2))`: the Request is the run's parameters, declared once
+(the window flags of `cpcourse generate` are its fields) and checked when made; `rank(req)`
+runs the windowed sampler on every rank (`cpcourse.tinydit.windows.windows_rank`: whole windows
+per rank, or each window under CP) reading the Request's fields; the report gives the schedule,
+the bytes each rank sends per step, the peak working memory of one window's forward beside the
+whole run's peak and the latent state, and the seam metric; `compare` also samples in this
+process. `run_long(nproc, seed, **fields)` is the same in one call; `print_report` prints it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
+from cpcourse.support.errors import guidance_scale, positive_float, positive_int, require
+from cpcourse.support.request import check_common, flag
 from cpcourse.support.tolerance import describe
+from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.windows import (
     BLENDS,
     NOISES,
@@ -24,133 +28,147 @@ from cpcourse.tinydit.windows import (
     boundaries,
     seam_metric,
     window_starts,
+    windows_rank,
 )
 
 MAX_FRAMES = 512
 
 
+def _derived():
+    return field(default=None, init=False, repr=False, compare=False)
+
+
 @dataclass(frozen=True)
 class LongVideoRequest:
-    """One long video, checked: `shape` is the latents' [1, C, T, Hl, Wl], `starts` the first
-    frame of each window, `cond` the prompt's (shape, direction) ids or the random model's label,
-    `path` the weights file (None: the seeded random DiT)."""
+    """One long video, checked: the fields are `cpcourse generate --window`'s flags (those
+    it shares with one clip, `prompt` to `timeout`, are spelled by GenerateRequest). None
+    takes the default when made: `frames` 4 x window, `stride` window / 2, the weights' size
+    and steps. Derived: `path` the weights file (None: the seeded random DiT), `cfg` its
+    DiTConfig, `shape` the latents' [1, C, T, Hl, Wl], `starts` the first frame of each
+    window, `cond` the prompt's (shape, direction) ids or the random model's label."""
 
-    nproc: int
-    seed: int
-    path: str | None
-    model: dict
-    shape: tuple[int, int, int, int, int]
-    starts: list
-    window: int
-    stride: int
-    blend: str
-    noise: str
-    parallel: str
-    steps: int
-    cfg_scale: float
-    cond: object
-    prompt: str | None
-    dtype: str
+    prompt: str | None = flag(None, "what the trained model draws")
+    weights: str = flag("shipped", "shipped, a file from `cpcourse train`, or random")
+    nproc: int = flag(2, "ranks")
+    seed: int = flag(0, "noise seed")
+    frames: int | None = flag(None, "frames T (default 4 x window)")
+    height: int | None = flag(None, "height (the weights')")
+    width: int | None = flag(None, "width (the weights')")
+    window: int = flag(8, "long video: denoise overlapping windows of W frames and blend them",
+                       acts="plain")
+    stride: int | None = flag(None, "frames between window starts (default W / 2)",
+                              acts="windows")
+    blend: str = flag("pyramid", "how overlapping windows are weighed", choices=BLENDS,
+                      acts="windows")
+    noise: str = flag("independent", "each window's own noise, or FreeNoise's reshuffled "
+                      "copies", choices=NOISES, acts="windows")
+    parallel: str = flag("windows", "whole windows per rank (windows), or each window under "
+                         "CP (cp)", choices=PARALLEL, acts="windows")
+    steps: int | None = flag(None, "Euler steps (the weights')")
+    cfg_scale: float = flag(4.0, "guidance scale")
+    label: int | None = flag(None, "class id for weights=random (default 3)")
+    dtype: str = flag("fp32", "what sampling runs in", choices=sorted(DTYPES))
+    compare: bool = flag(False, "also sample in this process")
+    timeout: float = flag(300.0, "seconds the ranks may run")
+    weight_seed: int = flag(0, "the random DiT's weights", cli=False)
+    path: str | None = _derived()
+    cfg: object = _derived()
+    shape: tuple = _derived()
+    starts: list = _derived()
+    cond: object = _derived()
+
+    def __post_init__(self):
+        from cpcourse.runs.generate import check_frame_size
+        from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
+
+        check_common(self)
+        window = positive_int("window", self.window)
+        self._set(frames=4 * window if self.frames is None else self.frames,
+                  stride=max(1, window // 2) if self.stride is None else self.stride)
+        frames = positive_int("frames", self.frames)
+        require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
+        starts = window_starts(frames, window, positive_int("stride", self.stride))
+        self._set(starts=starts, cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
+        positive_float("timeout", self.timeout, high=3600)
+        if self.parallel == "windows":
+            require(self.nproc <= len(starts), f"parallel=windows gives each rank whole "
+                    f"windows, and there are {len(starts)}: use nproc={len(starts)} or fewer, "
+                    "or parallel=cp")
+        else:
+            require(self.nproc <= window, f"parallel=cp splits each {window}-frame window over "
+                    f"the ranks: use nproc={window} or fewer, or parallel=windows")
+        path, trained_cfg = weights_config(self.weights)
+        defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
+        self._set(path=path, **{k: defaults[k] for k in ("height", "width", "steps")
+                                if getattr(self, k) is None})
+        require(positive_int("steps", self.steps) <= 1000, f"steps {self.steps}: use at most "
+                "1000")
+        self._model_and_condition(trained_cfg, defaults)
+        check_frame_size(self.cfg, self.height, self.width)
+        self._set(shape=(1, self.cfg.in_channels, frames, self.height, self.width))
+
+    def _set(self, **values) -> None:
+        for name, value in values.items():  # a frozen dataclass sets its own fields once
+            object.__setattr__(self, name, value)
+
+    def _model_and_condition(self, trained_cfg, defaults: dict) -> None:
+        """The trained weights take `prompt`, the random DiT `label`."""
+        from cpcourse.tinydit.model import DiTConfig
+        from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
+
+        if self.path is not None:
+            prompt = self.prompt or PROMPTS[1]
+            require(self.label is None, "label conditions the random model; the trained one "
+                    "takes `prompt`")
+            require(self.window <= 4 * defaults["frames"], f"window {self.window}: the model "
+                    f"was trained on {defaults['frames']} frames; use at most "
+                    f"{4 * defaults['frames']}")
+            self._set(cfg=trained_cfg, prompt=prompt, cond=parse_prompt(prompt))
+            return
+        require(self.prompt is None, "prompt needs trained weights; the random model takes "
+                "`label`")
+        cfg = DiTConfig(attention="factored")
+        cond = 3 if self.label is None else self.label
+        require(0 <= cond < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
+        self._set(cfg=cfg, cond=cond)
 
     @property
     def trained(self) -> bool:
         return self.path is not None
 
-    def rank_spec(self) -> dict:
-        """What every rank (and the one-process reference) is handed."""
-        return {"model": self.model, "weights": self.path, "dtype": self.dtype,
-                "weight_seed": 0, "seed": self.seed, "shape": list(self.shape),
-                "steps": self.steps, "cfg_scale": self.cfg_scale, "label": self.cond,
-                "window": self.window, "stride": self.stride, "blend": self.blend,
-                "noise": self.noise, "parallel": self.parallel}
+
+def rank(req: LongVideoRequest) -> dict:
+    """On each rank: the whole video's latents [1, C, T, Hl, Wl] (every rank ends with all of
+    them), its windows, peak memory, times and bytes (`windows_rank`)."""
+    return windows_rank(req)
 
 
-def run_long(nproc: int, seed: int = 0, *, prompt: str | None = None, weights: str = "shipped",
-             frames: int = 32, height: int | None = None, width: int | None = None,
-             window: int = 8, stride: int = 4, blend: str = "pyramid",
-             noise: str = "independent", parallel: str = "windows", steps: int | None = None,
-             cfg_scale: float = 4.0, label: int | None = None, dtype: str = "fp32",
-             compare: bool = False, timeout: float = 300.0, stream=False) -> dict:
-    """Sample a long video on `nproc` ranks. Returns {"latents" [1, C, T, Hl, Wl], "clip"
+def run(req: LongVideoRequest, stream=False) -> dict:
+    """Sample a long video on `req.nproc` ranks. Returns {"latents" [1, C, T, Hl, Wl], "clip"
     [T, 3, H, W] in [0, 1] (trained weights only, else None), "report"}."""
     from cpcourse.launch import launch
 
-    request = check_request(nproc, seed, prompt=prompt, weights=weights, frames=frames,
-                            height=height, width=width, window=window, stride=stride,
-                            blend=blend, noise=noise, parallel=parallel, steps=steps,
-                            cfg_scale=cfg_scale, label=label, dtype=dtype)
-    results = launch("cpcourse.tinydit.windows:windows_rank", request.nproc, timeout=timeout,
-                     args=(request.rank_spec(),), stream=stream)
-    latents, clip, report = build_report(request, results)
-    if compare:
+    results = launch(rank, req.nproc, timeout=req.timeout, args=(req,), stream=stream)
+    latents, clip, report = build_report(req, results)
+    if req.compare:
         from cpcourse.support.tolerance import verdict
-        from cpcourse.tinydit.windows import windows_rank
 
-        single = windows_rank(request.rank_spec())["latents"]
+        single = windows_rank(req)["latents"]
         report.update(verdict(float((single - latents).abs().max()), float(single.abs().max()),
-                              "ring" if request.parallel == "cp" else "windows", request.dtype,
-                              request.cfg_scale))
+                              "ring" if req.parallel == "cp" else "windows", req.dtype,
+                              req.cfg_scale))
     return {"latents": latents, "clip": clip, "report": report}
 
 
-def check_request(nproc: int, seed: int = 0, *, prompt=None, weights="shipped", frames=32,
-                  height=None, width=None, window=8, stride=4, blend="pyramid",
-                  noise="independent", parallel="windows", steps=None, cfg_scale=4.0, label=None,
-                  dtype="fp32") -> LongVideoRequest:
-    """`run_long`'s arguments as a `LongVideoRequest`, or an InputError naming the parameter."""
-    from cpcourse.launch import check_nproc
-    from cpcourse.runs.generate import check_frame_size
-    from cpcourse.tinydit.sampling import DTYPES
-    from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
-
-    nproc, seed = check_nproc(nproc), seed_int("seed", seed)
-    frames = positive_int("frames", frames)
-    require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
-    starts = window_starts(frames, positive_int("window", window),
-                           positive_int("stride", stride))
-    require(blend in BLENDS, f"blend must be one of {', '.join(BLENDS)}")
-    require(noise in NOISES, f"noise must be one of {', '.join(NOISES)}")
-    require(parallel in PARALLEL, f"parallel must be one of {', '.join(PARALLEL)}")
-    require(dtype in DTYPES, f"dtype must be one of {sorted(DTYPES)}")
-    cfg_scale = guidance_scale("cfg_scale", cfg_scale)
-    if parallel == "windows":
-        require(nproc <= len(starts), f"parallel=windows gives each rank whole windows, and "
-                f"there are {len(starts)}: use nproc={len(starts)} or fewer, or parallel=cp")
-    else:
-        require(nproc <= window, f"parallel=cp splits each {window}-frame window over the "
-                f"ranks: use nproc={window} or fewer, or parallel=windows")
-    path, trained_cfg = weights_config(weights)
-    defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
-    steps = positive_int("steps", defaults["steps"] if steps is None else steps)
-    require(steps <= 1000, f"steps {steps}: use at most 1000")
-    cfg, prompt, cond = _model_and_condition(path, trained_cfg, defaults, window, prompt, label)
-    height = defaults["height"] if height is None else height
-    width = defaults["width"] if width is None else width
-    check_frame_size(cfg, height, width)
-    shape = (1, cfg.in_channels, frames, height, width)
-    return LongVideoRequest(nproc=nproc, seed=seed, path=path, model=cfg.as_dict(), shape=shape,
-                            starts=starts, window=window, stride=stride, blend=blend,
-                            noise=noise, parallel=parallel, steps=steps, cfg_scale=cfg_scale,
-                            cond=cond, prompt=prompt, dtype=dtype)
+def run_long(nproc: int = 2, seed: int = 0, *, stream=False, **fields) -> dict:
+    """`run(LongVideoRequest(nproc=nproc, seed=seed, **fields))`: the notebooks' one line."""
+    return run(LongVideoRequest(nproc=nproc, seed=seed, **fields), stream=stream)
 
 
-def _model_and_condition(path, trained_cfg, defaults: dict, window: int, prompt, label):
-    """(config, prompt, condition): the trained weights take --prompt, the random DiT --label."""
-    from cpcourse.tinydit.model import DiTConfig
-    from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
-
-    if path is not None:
-        cfg, prompt = trained_cfg, prompt or PROMPTS[1]
-        require(label is None, "label conditions the random model; the trained one takes "
-                "`prompt`")
-        require(window <= 4 * defaults["frames"], f"window {window}: the model was trained on"
-                f" {defaults['frames']} frames; use at most {4 * defaults['frames']}")
-        return cfg, prompt, parse_prompt(prompt)
-    require(prompt is None, "prompt needs trained weights; the random model takes `label`")
-    cfg = DiTConfig(attention="factored")
-    cond = 3 if label is None else label
-    require(0 <= cond < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
-    return cfg, prompt, cond
+def check_request(nproc: int = 2, seed: int = 0, **fields) -> LongVideoRequest:
+    """`LongVideoRequest(nproc=nproc, seed=seed, **fields)`, or an InputError naming the
+    parameter."""
+    return LongVideoRequest(nproc=nproc, seed=seed, **fields)
 
 
 def build_report(request: LongVideoRequest, results) -> tuple[torch.Tensor, object, dict]:

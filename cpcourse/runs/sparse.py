@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from cpcourse.fp8_comm import COMM_DTYPES, Codec, calibrated_scale
-from cpcourse.launch import check_nproc, launch
+from cpcourse.launch import launch
 from cpcourse.sparse import (
     BlockMask,
     masked_attention,
@@ -40,6 +40,7 @@ from cpcourse.sparse_cp import (
     ulysses_sparse,
 )
 from cpcourse.support.errors import positive_int, require
+from cpcourse.support.request import check_common, flag
 from cpcourse.support.shards import shard_sizes
 from cpcourse.support.tolerance import tolerance
 
@@ -53,33 +54,28 @@ class SparseRequest:
     """One `cpcourse sparse` run. Grid sizes are in tokens; `tile` and `window` are
     (frames, rows, cols) in tokens; heads must split over nproc for Ulysses."""
 
-    nproc: int = 2
-    method: str = "ulysses"
-    mask: str = "radial"
-    balance: str = "none"
-    frames: int = 8
-    height: int = 8
-    width: int = 8
-    seed: int = 0
-    heads: int = 12
-    head_dim: int = 8
-    tile: tuple = (1, 4, 4)
-    window: tuple = (3, 8, 8)
-    dtype: str = "float32"
-    comm_dtype: str = "fp32"
-    timeout: float = 120.0
+    nproc: int = flag(2, "ranks")
+    method: str = flag("ulysses", "ulysses (heads local) or the skipping ring", choices=METHODS)
+    mask: str = flag("radial", "tile (a sliding 3-D window), radial or topk", choices=MASKS)
+    balance: str = flag("none", "deal heads (ulysses) or query tiles (ring) by kept work "
+                        "(greedy)", choices=BALANCES)
+    frames: int = flag(8, "token grid frames")
+    height: int = flag(8, "token grid rows")
+    width: int = flag(8, "token grid cols")
+    seed: int = flag(0, "q, k, v seed")
+    heads: int = flag(12, "attention heads")
+    head_dim: int = flag(8, "channels per head", cli=False)
+    tile: tuple = flag((1, 4, 4), "a block's (frames, rows, cols) in tokens", cli=False)
+    window: tuple = flag((3, 8, 8), "the tile mask's reach in tokens", cli=False)
+    dtype: str = flag("float32", "q, k, v and the attention's dtype", choices=DTYPES)
+    comm_dtype: str = flag("fp32", "how K/V travel: fp32 (exact), bf16, fp8 (per token-and-head "
+                           "scales), fp8-tensor (one calibrated scale)", choices=COMM_DTYPES)
+    timeout: float = flag(120.0, "seconds the ranks may run")
 
     def __post_init__(self):
-        check_nproc(self.nproc)
-        require(self.method in METHODS, f"method must be one of {', '.join(METHODS)}")
-        require(self.mask in MASKS, f"mask must be one of {', '.join(MASKS)}")
-        require(self.balance in BALANCES, f"balance must be one of {', '.join(BALANCES)}")
-        require(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}")
-        require(self.comm_dtype in COMM_DTYPES, f"comm_dtype must be one of "
-                f"{', '.join(COMM_DTYPES)}")
+        check_common(self)
         for name in ("frames", "height", "width", "heads", "head_dim"):
             positive_int(name, getattr(self, name))
-        positive_int("seed", self.seed, allow_zero=True)
         length = self.frames * self.height * self.width
         require(length <= 4096, f"frames x height x width = {length} tokens: use at most 4096 "
                 "(the reference materialises L x L scores per head)")

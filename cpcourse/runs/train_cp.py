@@ -26,6 +26,7 @@ import torch
 
 from cpcourse.launch import check_nproc, launch
 from cpcourse.support.errors import positive_int, require, seed_int
+from cpcourse.support.request import flag
 from cpcourse.support.shards import shard_offsets, shard_sizes
 from cpcourse.support.tolerance import training_tolerance
 
@@ -38,15 +39,15 @@ class TrainCPRequest:
     """One comparison run: `nproc` ranks = `dp` replicas x sp CP ranks, `batch` clips of
     `frames` frames per step (the whole batch, over every replica)."""
 
-    nproc: int = 2
-    cp: str = "ring"
-    dp: int = 1
-    steps: int = 3
-    seed: int = 0
-    batch: int = 4
-    frames: int = 8
-    compare: bool = True
-    checkpoint: bool = False
+    nproc: int = flag(2, "train under CP on P local processes (a smaller model; no --out)")
+    cp: str = flag("ring", "the attention's CP method", choices=METHODS, acts="cp")
+    dp: int = flag(1, "data-parallel replicas, each of nproc / dp CP ranks", acts="cp")
+    steps: int = flag(3, "SGD steps")
+    seed: int = flag(0, "data, noise and init seed")
+    batch: int = flag(4, "clips per step, over every replica", cli=False)
+    frames: int = flag(8, "frames per clip", cli=False)
+    compare: bool = flag(True, "train in one process too and compare the weights", acts="cp")
+    checkpoint: bool = flag(False, "recompute each block in the backward", acts="cp")
 
     def __post_init__(self):
         check_nproc(self.nproc, "--nproc")

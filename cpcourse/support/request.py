@@ -22,12 +22,13 @@ MAX_NPROC = 64  # local ranks, as `cpcourse.launch` allows
 
 
 def flag(default=dataclasses.MISSING, help: str = "", *, choices=None, acts: str = ALWAYS,
-         cli: bool = True, metavar: str | None = None):
+         cli: bool = True, metavar: str | None = None, spelled: tuple[str, ...] = ()):
     """A Request field and its flag. `acts`: ALWAYS, or the name of a condition the Request's
     `conditions()` defines (the flag is refused when given where it cannot act). `cli=False`
-    keeps a field out of the command line (a notebook-only knob)."""
+    keeps a field out of the command line (a notebook-only knob). `spelled`: the option
+    strings when they are not `--field-name` (a flag older than its field keeps its name)."""
     meta = {"help": help, "choices": tuple(choices) if choices else None, "acts": acts,
-            "cli": cli, "metavar": metavar}
+            "cli": cli, "metavar": metavar, "spelled": tuple(spelled)}
     return dataclasses.field(default=default, metadata=meta)
 
 
@@ -41,13 +42,15 @@ def check_common(req) -> None:
     field's declared `choices`. Library words (the parameter's name), not flags."""
     for f in fields(type(req)):
         value, choices = getattr(req, f.name), f.metadata.get("choices")
-        if choices and value not in choices:
+        if choices and value is not None and value not in choices:  # None: left unset
             raise_choice(f.name, value, choices)
-    if hasattr(req, "nproc"):
-        whole("nproc", req.nproc, high=MAX_NPROC)
+    if getattr(req, "nproc", None) is not None:  # None: the Request's own default, later
+        n = positive_int("nproc", req.nproc)  # as `cpcourse.launch.check_nproc` says it
+        require(n <= MAX_NPROC, f"nproc {n} is more local processes than cpcourse starts: use "
+                f"{MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
     if hasattr(req, "seed"):
         seed_int("seed", req.seed)
-    if hasattr(req, "timeout"):
+    if getattr(req, "timeout", None) is not None:  # None: the Request's own default, later
         positive_float("timeout", req.timeout, high=86_400)
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import dataclass
 
 import torch
 
@@ -94,20 +95,64 @@ def sample(model, noise_frames: torch.Tensor, label, steps: int = 4, cfg_scale: 
     return unpatchify(x, c, cfg.patch, grid)
 
 
-def spec_model(spec: dict):
-    """The model a `cpcourse generate` spec names: trained weights from a file, else the seeded
-    random DiT (the same on every rank, no broadcast needed)."""
-    dtype = torch_dtype(spec["dtype"])
-    if spec.get("weights"):
-        return load_weights(spec["weights"], dtype)[0]
-    return build_model(DiTConfig(**spec["model"]), spec["weight_seed"], dtype)
+@dataclass(frozen=True)
+class Sampling:
+    """What a sampling rank reads: `cfg` the DiT's config, `path` its weights file (None: the
+    seeded random DiT from `weight_seed`), `shape` the latents' [B, C, T, Hl, Wl], `cond` the
+    label (a class id, or a (shape, motion) pair). `cpcourse.runs.generate.GenerateRequest`
+    has these same attributes, so a rank takes the Request itself; tests and benchmarks that
+    write dicts get one from `as_sampling`."""
+
+    cfg: DiTConfig
+    path: str | None
+    dtype: str
+    weight_seed: int
+    seed: int
+    shape: tuple
+    steps: int
+    cfg_scale: float
+    cond: object
+    temporal_method: str = "all_to_all"
+    full_method: str = "ring"
+    layout: object = None  # a `cpcourse.support.layout.Layout` for `generate_mesh_rank`
+    measure_memory: bool = True  # False: no peak tracking (it slows every op; a benchmark)
 
 
-def single_process_sample(spec: dict) -> torch.Tensor:
-    """The reference: the same spec sampled in this process, whole video, no process group."""
-    model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
-    return sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
+def as_sampling(spec):
+    """A `Sampling` from a dict of the rank's inputs (model, weights, dtype, weight_seed, seed,
+    shape, steps, cfg_scale, label, temporal_method, full_method, and layout as a dict), or
+    `spec` itself when it already has the attributes (a Request)."""
+    if not isinstance(spec, dict):
+        return spec
+    from cpcourse.support.layout import Layout
+
+    get = spec.get
+    return Sampling(cfg=DiTConfig(**spec["model"]), path=get("weights"), dtype=spec["dtype"],
+                    weight_seed=get("weight_seed", 0), seed=spec["seed"],
+                    shape=tuple(spec["shape"]), steps=spec["steps"],
+                    cfg_scale=spec["cfg_scale"], cond=spec["label"],
+                    temporal_method=get("temporal_method", "all_to_all"),
+                    full_method=get("full_method", "ring"),
+                    layout=Layout(**get("layout")) if get("layout") else None,
+                    measure_memory=get("measure_memory", True))
+
+
+def spec_model(spec):
+    """The model a sampling run names (a `Sampling`, a Request or a dict): trained weights from
+    a file, else the seeded random DiT (the same on every rank, no broadcast needed)."""
+    s = as_sampling(spec)
+    dtype = torch_dtype(s.dtype)
+    if s.path:
+        return load_weights(s.path, dtype)[0]
+    return build_model(s.cfg, s.weight_seed, dtype)
+
+
+def single_process_sample(spec) -> torch.Tensor:
+    """The reference: the same run sampled in this process, whole video, no process group."""
+    s = as_sampling(spec)
+    model = spec_model(s)
+    noise = initial_noise(tuple(s.shape), s.seed, torch_dtype(s.dtype))
+    return sample(model, noise, s.cond, s.steps, s.cfg_scale)
 
 
 class _StepsSaid(list):
@@ -127,75 +172,71 @@ def _step_times(rank: int, total: int) -> list:
     return _StepsSaid(total) if rank == 0 and os.environ.get("CPCOURSE_PROGRESS") == "1" else []
 
 
-def generate_rank(spec: dict) -> dict:
-    """What each rank runs under `cpcourse.launch`: its frames of the sample, peak memory, times."""
+def generate_rank(spec) -> dict:
+    """What each rank runs under `cpcourse.launch` (a `Sampling`, a GenerateRequest or a dict,
+    `as_sampling`): its frames of the sample, peak memory, times."""
     import torch.distributed as dist
 
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.costs import predicted_peak_bytes
 
+    s = as_sampling(spec)
     rank, world = dist.get_rank(), dist.get_world_size()
-    model = spec_model(spec)
+    model = spec_model(s)
     cfg = model.cfg
-    dtype = torch_dtype(spec["dtype"])
-    b, c, t, hl, wl = spec["shape"]
-    noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), world,
-                               dim=2)[rank].contiguous()
+    b, c, t, hl, wl = s.shape
+    noise = torch.tensor_split(initial_noise(tuple(s.shape), s.seed, torch_dtype(s.dtype)),
+                               world, dim=2)[rank].contiguous()  # [B, C, T/P, Hl, Wl]
     ctx = CPContext(group=dist.group.WORLD, frame_offset=frame_offset(t, rank, world),
                     grid=(hl // cfg.patch, wl // cfg.patch),
-                    temporal_method=spec["temporal_method"], full_method=spec["full_method"])
-    times = _step_times(rank, spec["steps"])
-    out, peak = peak_memory(sample, model, noise, spec["label"], spec["steps"],
-                            spec["cfg_scale"], ctx, times)
-    predicted = predicted_peak_bytes(cfg, spec["shape"], world, rank, ctx.temporal_method,
+                    temporal_method=s.temporal_method, full_method=s.full_method)
+    times = _step_times(rank, s.steps)
+    out, peak = peak_memory(sample, model, noise, s.cond, s.steps, s.cfg_scale, ctx, times)
+    predicted = predicted_peak_bytes(cfg, list(s.shape), world, rank, ctx.temporal_method,
                                      ctx.full_method, elem_bytes=noise.element_size())
     return {"rank": rank, "frames": out, "peak_bytes": peak, "predicted_peak_bytes": predicted,
             "step_seconds": list(times)}
 
 
-def generate_mesh_rank(spec: dict) -> dict:
-    """`generate_rank` on a `cpcourse.mesh` layout (`spec["layout"]`): cfg x ring x ulysses x tp.
+def generate_mesh_rank(spec) -> dict:
+    """`generate_rank` on a `cpcourse.mesh` layout (`spec.layout`): cfg x ring x ulysses x tp.
 
     Each rank samples the frames of its cp rank (ring x ulysses) for its cfg branch with its
     tp share of the heads; it returns them with its mesh coordinates and the bytes it sent per
     mesh dim during sampling, measured, beside `tinydit.costs.predicted_bytes_per_step`.
-    `spec["measure_memory"] = False` skips the peak-memory tracking (it slows every op).
+    `measure_memory` False skips the peak-memory tracking (it slows every op).
     """
     import torch.distributed as dist
 
     from cpcourse.mesh import bytes_by_dim, cp_coords, make_mesh
     from cpcourse.support.bytecount import count_bytes
-    from cpcourse.support.layout import Layout
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.costs import predicted_bytes_per_step
     from cpcourse.tinydit.tp import tensor_parallel
 
-    layout = Layout(**spec["layout"])
-    rank = dist.get_rank()
-    model = spec_model(spec)
+    s = as_sampling(spec)
+    layout, rank = s.layout, dist.get_rank()
+    model = spec_model(s)
     cfg = model.cfg
     mesh = make_mesh(**layout.as_dict(), heads=cfg.heads)
     if layout.tp > 1:
         tensor_parallel(model, mesh.get_group("tp"))
-    dtype = torch_dtype(spec["dtype"])
-    b, c, t, hl, wl = spec["shape"]
+    b, c, t, hl, wl = s.shape
     cp_rank, cp_world = cp_coords(mesh)
-    noise = torch.tensor_split(initial_noise(tuple(spec["shape"]), spec["seed"], dtype), cp_world,
-                               dim=2)[cp_rank].contiguous()
+    noise = torch.tensor_split(initial_noise(tuple(s.shape), s.seed, torch_dtype(s.dtype)),
+                               cp_world, dim=2)[cp_rank].contiguous()  # [B, C, T/cp, Hl, Wl]
     ctx = CPContext(mesh=mesh, frame_offset=frame_offset(t, cp_rank, cp_world),
                     grid=(hl // cfg.patch, wl // cfg.patch))
-    times = _step_times(rank, spec["steps"])
-    args = (model, noise, spec["label"], spec["steps"], spec["cfg_scale"], ctx, times)
+    times = _step_times(rank, s.steps)
+    args = (model, noise, s.cond, s.steps, s.cfg_scale, ctx, times)
     with count_bytes() as sent:  # memory tracking costs time: a benchmark turns it off
-        out, peak = (peak_memory(sample, *args) if spec.get("measure_memory", True)
-                     else (sample(*args), None))
-    steps = spec["steps"]
-    measured = {k: v // steps for k, v in bytes_by_dim(sent, mesh).items()}
+        out, peak = (peak_memory(sample, *args) if s.measure_memory else (sample(*args), None))
+    measured = {k: v // s.steps for k, v in bytes_by_dim(sent, mesh).items()}
     return {"rank": rank, "coords": layout.coords(rank), "cp_rank": cp_rank, "frames": out,
             "peak_bytes": peak, "step_seconds": list(times), "bytes_per_step": measured,
             "bytes_total": sent.total,
             "predicted_bytes_per_step": predicted_bytes_per_step(
-                cfg, spec["shape"], layout, rank, noise.element_size(), steps=steps)}
+                cfg, list(s.shape), layout, rank, noise.element_size(), steps=s.steps)}
 
 
 def mesh_shards(results: list[dict]) -> list[dict]:

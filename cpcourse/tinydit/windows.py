@@ -234,20 +234,20 @@ def boundaries(frames: int, window: int, stride: int) -> list[int]:
     return [s + window for s in window_starts(frames, window, stride) if s + window < frames]
 
 
-def windows_rank(spec: dict) -> dict:
-    """What each rank of `cpcourse generate --window` runs: the sample, memory, times, bytes."""
+def windows_rank(req) -> dict:
+    """What each rank of `cpcourse generate --window` runs: the sample, memory, times, bytes.
+    `req`: a `cpcourse.runs.long_video.LongVideoRequest` (its fields are read here)."""
     from cpcourse.support.dtypes import torch_dtype
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.sampling import spec_model
 
-    model = spec_model(spec)
-    noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
-    if spec.get("noise") == "freenoise":
-        noise = reschedule_noise(noise, spec["window"], spec["stride"], spec["seed"])
+    model = spec_model(req)
+    noise = initial_noise(tuple(req.shape), req.seed, torch_dtype(req.dtype))  # [1, C, T, Hl, Wl]
+    if req.noise == "freenoise":
+        noise = reschedule_noise(noise, req.window, req.stride, req.seed)
     stats: dict = {}
     group = dist.group.WORLD if dist.is_initialized() else None
-    out, peak = peak_memory(sample_windows, model, noise, spec["label"], spec["steps"],
-                            spec["cfg_scale"], spec["window"], spec["stride"], spec["blend"],
-                            group, spec["parallel"], stats, True)
+    out, peak = peak_memory(sample_windows, model, noise, req.cond, req.steps, req.cfg_scale,
+                            req.window, req.stride, req.blend, group, req.parallel, stats, True)
     return {"latents": out, "peak_bytes": int(peak), **stats,
             "state_bytes": STATE_COPIES * noise.numel() * noise.element_size()}

@@ -6,6 +6,8 @@ and the first-block cache at threshold 0 and at a threshold that skips steps; on
 P = 4 repeats full warm-up; one short launch shows that a rank-local cache decision fails.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -30,8 +32,8 @@ def _request(nproc, approx=None, warmup=0, cache=None, threshold=None, seed=0, s
                         patches=2 if approx == "pipefusion" else None)
 
 
-def many(specs, record_layer=0):
-    """Each spec's `approx_rank`; for each displaced run also, for one layer, the K/V each step
+def many(requests, record_layer=0):
+    """Each request's `approx_rank`; for each displaced run also, for one layer, the K/V each step
     computed (`fresh`) and the other ranks' K/V it attended to (`used`)."""
     import cpcourse.approx.rank as rank_mod
     from cpcourse.approx.displaced import DisplacedAttention
@@ -52,14 +54,14 @@ def many(specs, record_layer=0):
 
     rank_mod.DisplacedAttention = Recording
     results = []
-    for spec in specs:
+    for req in requests:
         logs.append({"fresh": {}, "used": {}})
-        results.append(rank_mod.approx_rank(spec))
+        results.append(rank_mod.approx_rank(req))
     return results, logs
 
 
-def _specs(nproc, cases):
-    return [_request(nproc, **c).rank_spec() for c in cases]
+def _requests(nproc, cases):
+    return [_request(nproc, **c) for c in cases]
 
 
 CASES2 = ([{"approx": m, "warmup": STEPS} for m in METHODS]
@@ -71,13 +73,13 @@ CASES2 = ([{"approx": m, "warmup": STEPS} for m in METHODS]
 
 @pytest.fixture(scope="module")
 def runs():
-    out = launch(f"{__file__}:many", 2, timeout=180, args=(_specs(2, CASES2),), stream=False)
+    out = launch(f"{__file__}:many", 2, timeout=180, args=(_requests(2, CASES2),), stream=False)
     return [r[0] for r in out], [r[1] for r in out]
 
 
 @pytest.fixture(scope="module")
 def exact_clip():
-    return to_clip(single_process_sample(_request(2, "naive").run.rank_spec()))
+    return to_clip(single_process_sample(_request(2, "naive").run))
 
 
 def _clip(case, results, i):
@@ -141,7 +143,7 @@ def test_cache_threshold_zero_is_exact_and_a_large_one_skips_on_every_rank(runs,
 
 
 def test_p4_full_warmup_is_exact(exact_clip):
-    specs = _specs(4, [{"approx": m, "warmup": STEPS} for m in METHODS])
+    specs = _requests(4, [{"approx": m, "warmup": STEPS} for m in METHODS])
     out = launch(f"{__file__}:many", 4, timeout=180, args=(specs,), stream=False)
     results = [r[0] for r in out]
     for i, m in enumerate(METHODS):
@@ -158,10 +160,9 @@ def test_a_rank_local_cache_decision_fails_in_one_line_within_the_timeout(runs):
     zero = len(CASES2) - 2
     local = [r[zero]["clips"][0]["local_changes"][1] for r in results]
     assert local[0] != local[1]
-    spec = _request(2, cache="fbcache", threshold=sum(local) / 2).rank_spec()
-    spec["cache_decide"] = "local"
+    req = replace(_request(2, cache="fbcache", threshold=sum(local) / 2), cache_decide="local")
     with pytest.raises(LaunchError) as info:
-        launch("cpcourse.approx.rank:approx_rank", 2, timeout=20, args=(spec,), stream=False)
+        launch("cpcourse.approx.rank:approx_rank", 2, timeout=20, args=(req,), stream=False)
     assert "\n" not in info.value.summary()
 
 

@@ -44,7 +44,7 @@ def _clip(request_, results, design):
     from cpcourse.tinydit.streaming import assemble
     from cpcourse.tinydit.training import to_clip
 
-    cfg = load_weights(request_.weights)[0].cfg
+    cfg = load_weights(request_.path)[0].cfg
     grid = (request_.shape[-2] // cfg.patch, request_.shape[-1] // cfg.patch)
     return to_clip(assemble([r[design]["pieces"] for r in results], request_.chunk, grid,
                             cfg.in_channels, cfg.patch))
@@ -57,7 +57,7 @@ def single(request_):
     from cpcourse.tinydit.streaming import stream_latents
     from cpcourse.tinydit.training import to_clip
 
-    model = load_weights(request_.weights)[0]
+    model = load_weights(request_.path)[0]
     noise = initial_noise(request_.shape, request_.seed)
     return to_clip(stream_latents(model, noise, request_.label, request_.chunk, STEPS,
                                   request_.cfg_scale))

@@ -22,8 +22,9 @@ def test_demo_checks_the_ring_and_reports_every_step(capsys):
     assert report["ok"] and report["max_abs_err"] <= 1e-5
     assert sorted((s["step"], s["rank"]) for s in report["steps"]) == [
         (s, r) for s in range(3) for r in range(3)]
-    q, k, v = demo.inputs({"seed": 0, "batch": 1, "heads": 2, "seq_len": 50, "head_dim": 8,
-                           "dtype": "float32"})
+    from cpcourse.runs.demo import DemoRequest, inputs
+
+    q, k, v = inputs(DemoRequest(nproc=3, seq_len=50, heads=2, head_dim=8))
     expected = bytes_sent(simulate_ring(q, k, v, 3).events, 3)
     measured = [sum(s["bytes_sent"] for s in report["steps"] if s["rank"] == r)
                 for r in range(3)]
@@ -31,8 +32,8 @@ def test_demo_checks_the_ring_and_reports_every_step(capsys):
 
 
 @pytest.mark.parametrize("argv, what", [
-    (["--nproc", "0"], "--nproc must be > 0"),
-    (["--seq-len", "-3"], "--seq-len must be > 0"),
+    (["--nproc", "0"], "nproc must be > 0"),  # the library's word; `cpcourse` says the flag
+    (["--seq-len", "-3"], "seq_len must be > 0"),
     (["--dtype", "fp8"], "invalid choice"),
 ])
 def test_demo_bad_input(argv, what):
@@ -59,7 +60,7 @@ def test_bench_ring_quick_reports_every_method(capsys):
 
 
 def test_bench_ring_bad_input():
-    with pytest.raises(InputError, match="--methods: unknown nope"):
+    with pytest.raises(InputError, match="methods: unknown nope"):
         bench_ring.main(["--methods", "ring_overlap,nope"])
     with pytest.raises(InputError, match="must include ring_overlap"):
         bench_ring.main(["--methods", "allgather"])

@@ -63,16 +63,16 @@ def _failing_demo_main() -> None:
     import torch.distributed as dist
 
     from cpcourse import cli
-    from cpcourse.cli import demo
+    from cpcourse.runs import demo
 
-    honest = demo.demo_rank
+    honest = demo.rank
 
-    def demo_rank(spec):
+    def rank(req):
         if dist.get_rank() == 3:
             raise ValueError("rank 3 refuses")
-        return honest(spec)
+        return honest(req)
 
-    demo.demo_rank = demo_rank  # launch() looks the target up by name: this one runs
+    demo.rank = rank  # launch() looks the target up by name: this one runs
     sys.argv = ["cpcourse", "demo", "--json", *SMALL]
     sys.exit(cli.main())
 
@@ -138,7 +138,7 @@ def _explain(agents) -> str:
 def test_demo_runs_as_the_ranks_of_a_two_node_torchrun(tmp_path):
     """`torchrun ... -m cpcourse -- demo --nproc 4 --json`: the ring runs on the 4 ranks of the
     two agents; the agent holding rank 0 prints one JSON object, the other prints nothing."""
-    from cpcourse.cli import demo
+    from cpcourse.runs.demo import DemoRequest, inputs
     from cpcourse.sim import bytes_sent, simulate_ring
 
     agents = two_nodes(tmp_path, "-m", "cpcourse", "--", "demo", "--nproc", "4", "--json",
@@ -150,8 +150,7 @@ def test_demo_runs_as_the_ranks_of_a_two_node_torchrun(tmp_path):
     assert report["nproc"] == 4 and report["ok"] and report["max_abs_err"] <= 1e-5, report
     assert sorted((s["step"], s["rank"]) for s in report["steps"]) == [
         (s, r) for s in range(4) for r in range(4)]
-    q, k, v = demo.inputs({"seed": 0, "batch": 1, "heads": 2, "seq_len": 50, "head_dim": 8,
-                           "dtype": "float32"})
+    q, k, v = inputs(DemoRequest(nproc=4, seq_len=50, heads=2, head_dim=8))
     expected = bytes_sent(simulate_ring(q, k, v, 4).events, 4)  # what one process predicts
     assert [sum(s["bytes_sent"] for s in report["steps"] if s["rank"] == r)
             for r in range(4)] == expected

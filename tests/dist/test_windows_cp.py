@@ -48,12 +48,12 @@ def run_cases(parallels: list[str], draws: list[tuple[int, float]], trained: lis
     return out, [windows_rank(spec)["latents"] for spec in trained]
 
 
-def _trained_specs(rng, world: int) -> list[dict]:
+def _trained_specs(rng, world: int) -> list:
     """The shipped model, CP inside each window, on two random seeds (two ranks only: slow)."""
     if world != 2:
         return []
     return [check_request(2, rng.randrange(2**31), prompt="circle-right", frames=12, window=8,
-                          stride=4, parallel="cp", steps=4).rank_spec() for _ in range(2)]
+                          stride=4, parallel="cp", steps=4) for _ in range(2)]
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -67,9 +67,9 @@ def test_both_parallel_modes_equal_one_process(world, cases_rng):
                       args=(parallels, draws, trained), timeout=240, stream=False)
     for spec, got in zip(trained, per_rank[0][1], strict=True):
         want = windows_rank(spec)["latents"]
-        err, tol = float((got - want).abs().max()), tolerance("ring", "fp32", spec["cfg_scale"],
+        err, tol = float((got - want).abs().max()), tolerance("ring", "fp32", spec.cfg_scale,
                                                               float(want.abs().max()))
-        assert err <= tol, f"shipped model, seed {spec['seed']}: {err:.2e} > {tol:.2e}"
+        assert err <= tol, f"shipped model, seed {spec.seed}: {err:.2e} > {tol:.2e}"
     per_rank = [res[0] for res in per_rank]
     model = build_model(DiTConfig(**CFG), 0)
     i = 0

@@ -97,7 +97,7 @@ def test_causal_training_writes_a_causal_file(tmp_path):
     (["--kv-cache", "ulysses", "--nproc", "3"], "the world size must divide the head count"),
     (["--frames", "16"], "--frames has no effect here"),
     (["--layout", "ring=2"], "--layout has no effect here"),
-    (["--weights", "random"], "--causal streams trained weights"),
+    (["--weights", "random"], "the random DiT is not causal"),
 ])
 def test_causal_generate_refuses_before_starting(capsys, monkeypatch, argv, words):
     from cpcourse import launch as launch_mod
@@ -123,11 +123,11 @@ def test_the_default_timeout_grows_with_the_steps(monkeypatch, capsys):
 
     seen = {}
 
-    def fake_run(nproc, seed, *, timeout, **kw):
-        seen["timeout"] = timeout
+    def fake_run(req, stream=False):
+        seen["timeout"] = req.timeout
         raise KeyboardInterrupt  # stop before any process starts
 
-    monkeypatch.setattr("cpcourse.runs.stream.run_stream", fake_run)
+    monkeypatch.setattr("cpcourse.runs.stream.run", fake_run)
     for steps, want in ((SAMPLE_STEPS, 120.0), (4 * SAMPLE_STEPS, 480.0), (1000, 3600.0)):
         assert main(["generate", "--causal", "--nproc", "1", "--steps", str(steps)]) == 130
         assert seen["timeout"] == pytest.approx(min(want, 3600.0))

@@ -236,6 +236,23 @@ def test_generate_checks_its_files_before_starting(capsys, tmp_path):
     assert sorted(tmp_path.iterdir()) == before
 
 
+def _request_flags() -> set[str]:
+    import dataclasses
+    import importlib
+    import pkgutil
+
+    import cpcourse.runs
+    from cpcourse.cli.from_request import options
+
+    found: set[str] = set()
+    for info in pkgutil.iter_modules(cpcourse.runs.__path__):
+        mod = importlib.import_module(f"cpcourse.runs.{info.name}")
+        for obj in vars(mod).values():
+            if dataclasses.is_dataclass(obj) and obj.__name__.endswith("Request"):
+                found |= set(options(obj))
+    return found
+
+
 def test_library_parameters_map_to_real_flags():
     """Library errors name parameters; the CLI turns each into a flag that some command takes."""
     import re
@@ -246,6 +263,7 @@ def test_library_parameters_map_to_real_flags():
 
     src = "".join(p.read_text() for p in Path(cpcourse.__file__).parent.rglob("*.py"))
     flags = set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", src))
+    flags |= _request_flags()  # the flags built from a Request's fields (cli.from_request)
     assert not set(PARAM_FLAGS.values()) - flags
     assert as_flags("cp 9 is larger than the 4 tokens: use cp=4 or fewer, or `nproc` 2") == \
         "--cp 9 is larger than the 4 tokens: use --cp 4 or fewer, or --nproc 2"

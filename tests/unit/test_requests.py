@@ -73,3 +73,63 @@ def test_the_command_line_names_the_flag(capsys):
     assert main(["vae", "--arch", "wan", "--nproc", "9"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("cpcourse: error: --nproc 9 is more ranks")
+
+
+@dataclasses.dataclass(frozen=True)
+class OldFlagRequest:
+    """A field whose flag keeps an older spelling, and one derived when made."""
+
+    temporal_method: str = flag("ring", "how", choices=("ring", "all_to_all"),
+                                spelled=("--temporal",))
+    steps: int | None = flag(None, "steps (default 4)")
+    doubled: int = dataclasses.field(default=None, init=False)
+
+    def __post_init__(self):
+        check_common(self)
+        object.__setattr__(self, "steps", 4 if self.steps is None else self.steps)
+        object.__setattr__(self, "doubled", 2 * self.steps)
+
+
+def test_a_spelled_flag_a_derived_field_and_unset_defaults():
+    from cpcourse.cli.from_request import add_request_flags, options, request_values
+    from cpcourse.support.errors import ArgumentParser
+
+    assert options(OldFlagRequest) == ["--temporal", "--steps"]  # `doubled` is no flag
+    p = ArgumentParser(prog="toy")
+    add_request_flags(p, OldFlagRequest, unset=True)
+    args = p.parse_args(["--temporal", "all_to_all"])
+    assert args.temporal_method == "all_to_all" and args.steps is None
+    req = OldFlagRequest(**request_values(OldFlagRequest, args))
+    assert (req.temporal_method, req.steps, req.doubled) == ("all_to_all", 4, 8)
+    p = ArgumentParser(prog="toy")
+    add_request_flags(p, OldFlagRequest, skip=("steps",))
+    assert [a.dest for a in p._actions if a.option_strings][1:] == ["temporal_method"]
+
+
+def test_generate_requests_take_the_weights_defaults_and_refuse_by_name():
+    from cpcourse.runs.approx import ApproxRequest
+    from cpcourse.runs.generate import GenerateRequest
+    from cpcourse.runs.long_video import LongVideoRequest
+
+    req = GenerateRequest(weights="random", layout="cfg=2,ring=2")
+    assert (req.nproc, req.shape, req.cond, req.temporal_method) == (
+        4, (1, 4, 8, 16, 16), 3, "all_to_all")
+    assert dataclasses.replace(req, seed=5).shape == req.shape  # re-checked, same derivation
+    assert LongVideoRequest(window=6).frames == 24 and LongVideoRequest(window=6).stride == 3
+    assert ApproxRequest(approx="naive").run.steps == GenerateRequest().steps
+    with pytest.raises(InputError, match="^layout ring2 needs 2 ranks"):
+        GenerateRequest(layout="ring=2", nproc=3)
+    with pytest.raises(InputError, match="^give `approx` or `cache`"):
+        ApproxRequest()
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--approx", "naive", "--frames", "4"], "--frames has no effect with --approx"),
+    (["--comm-dtype", "fp8", "--weights", "x.pt"], "--weights has no effect with --comm-dtype"),
+    (["--window", "4", "--temporal", "ring"], "--temporal has no effect here"),
+    (["--kv-cache", "ulysses"], "--kv-cache has no effect here: it needs --causal"),
+])
+def test_generate_refuses_a_flag_its_mode_does_not_take(argv, says, capsys):
+    assert main(["generate", *argv]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1 and says in err, err
