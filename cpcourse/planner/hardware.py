@@ -173,22 +173,35 @@ def kernel_efficiency(gpu_id: str, kernel: str) -> tuple[float | None, str]:
     return float(hit["value"]), hit["source"]
 
 
+# Dao-AILab/flash-attention README, "Installation and features": "FlashAttention-2 with CUDA
+# currently supports: Ampere, Ada, or Hopper GPUs". On Blackwell it falls back to its Ampere
+# code at 17% of peak (flash-attention issue #1589), which no engine ships.
+FA2_ARCHS = ("ampere", "ada", "hopper")
+
+
 def default_kernel(gpu_id: str) -> str:
     """The attention kernel that every time cpcourse computes for this GPU assumes (notebooks,
     `cpcourse comm`, `cpcourse plan --kernel auto`): FlashAttention-2, the kernel the models'
-    released code installs (flash-attn 2 in Wan's and HunyuanVideo's requirements), wherever it
-    runs; PyTorch's SDPA on a GPU where it does not.
+    released code installs (flash-attn 2 in Wan's and HunyuanVideo's requirements), on the
+    generations flash-attn 2 supports (`FA2_ARCHS`: Ampere, Ada, Hopper); on a newer one, the
+    generation's kernel (`generation_kernel`: FA4 on Blackwell); PyTorch's SDPA where neither
+    has a rate.
 
     Why not FA3 on Hopper, the fastest kernel there (70% of an H100's peak against FA2's 35%)?
     The released code of the published runs requires flash-attn 2 (Wan's and HunyuanVideo's
     requirements; xDiT's L20 runs name flash-attn 2.7.2). Said plainly: the choice was kept
     while the validation errors were visible (with FA3 every Hopper run comes out 1.3-2.3x too
-    fast), so it is not independent of them; `cpcourse plan --validate` says so. The course's
-    own H200 measurement puts FA2 at 36% of peak, the paper's 35%. FA3 stays one `kernel=`
-    away, and notebook 05 shows what it changes: twice the rate needs twice the tokens per GPU
-    to hide a ring hop.
+    fast), so it is not independent of them; `cpcourse plan --validate` says so. Blackwell's
+    default moved from FA2 to FA4 after TensorRT-LLM blog 28's B200 run (kernel unnamed) came
+    out 2.7x too slow under FA2, on the grounds above (flash-attn 2 does not support the
+    generation), so that run no longer counts as held out. FA3 stays one `kernel=` away, and
+    notebook 05 shows what it changes: twice the rate needs twice the tokens per GPU to hide a
+    ring hop.
     """
-    return "fa2" if kernel_efficiency(gpu_id, "fa2")[0] else "sdpa"
+    if get_gpu(gpu_id).arch in FA2_ARCHS and kernel_efficiency(gpu_id, "fa2")[0]:
+        return "fa2"
+    kernel, _ = generation_kernel(gpu_id)
+    return kernel if kernel_efficiency(gpu_id, kernel)[0] else "sdpa"
 
 
 def generation_kernel(gpu_id: str) -> tuple[str, str]:

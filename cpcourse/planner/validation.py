@@ -231,8 +231,9 @@ LOSO = ("Each source's runs are predicted with no number read from that source: 
         "reads no published run at all (its rates are datasheets, papers, kernel benchmarks, "
         "the course's own H200 measurement and timed VAE decodes; none is a validation run), so "
         "leaving a source out changes no prediction. What it cannot undo: choices made while "
-        "these errors were visible (FA2 as the default kernel, the RTX 4090 box's link without "
-        "P2P, the fastest candidate where a source gives no layout).")
+        "these errors were visible (FA2 as the default kernel, FA4 in its place on Blackwell after "
+        "TensorRT-LLM blog 28's run, the RTX 4090 box's link without P2P, the fastest candidate "
+        "where a source gives no layout).")
 NOT_HELD_OUT = ("Not held out: xDiT's 960x960 table is from the same page, GPUs and code as the "
                 "720p validation table, with the same token count, and the planner changed after "
                 "it was read. It is reported as a second table of that source.")

@@ -59,14 +59,15 @@ def test_the_rack_plan_is_a_grid_once_the_ring_pays_its_split():
     them. TRT-LLM blog 25's shape is Ulysses 4 x CP 9; once attention cut into P blocks pays
     what the H200 measured (1.25x at 8), a ring of 9 (9 blocks) loses to a grid whose owner
     merges only C partials: the 3x3 grid at Ulysses 4 is within 2% of the best, the ring of 9
-    is not, and the reason names the grid."""
+    is slower (by 1-10%: its split cost is a share of attention, smaller under FA4, Blackwell's
+    default, than under FA2), and the reason names the grid."""
     p = plan(WAN, gpus=72, gpu="gb200")
     lay = p.layout
     assert lay.cfg == 2 and lay.grid is not None
     grid = plan(WAN, gpus=72, gpu="gb200", layout="cfg=2,ulysses=4,attn2d=3x3")
     ring = plan(WAN, gpus=72, gpu="gb200", layout="cfg=2,ulysses=4,ring=9")
     assert grid["seconds_total"] <= p["seconds_total"] * 1.02
-    assert ring["seconds_total"] > grid["seconds_total"] * 1.05
+    assert ring["seconds_total"] > grid["seconds_total"] * 1.01
     per_r, per_g = (x["breakdown"]["per_forward_seconds"] for x in (ring, grid))
     assert per_r["ring_merge"] > per_g["ring_merge"] + per_g["attn2d"]
     assert any("Attention2D on the CP axis" in r for r in p["reasoning"])
