@@ -127,10 +127,10 @@ def _cp_because(out: dict, options: list[dict], max_seconds: float | None) -> li
         why.append(f"one GPU cannot run it: {single['reason']}")
     elif not single["fits"]:
         why.append(f"the model fits no single GPU ({single['per_gpu_bytes'] / 1e9:.1f} GB on "
-                   f"one): a replica needs {out['group_gpus']} GPUs")
+                   f"one), so a replica needs {out['group_gpus']} GPUs")
     if max_seconds is not None and single["valid"] and not single["meets_target"]:
-        why.append(f"the latency target of {max_seconds:g} s: one GPU takes "
-                   f"{single['seconds_per_video']:.0f} s per video")
+        why.append(f"one GPU takes {single['seconds_per_video']:.0f} s per video, over the "
+                   f"latency target of {max_seconds:.3g} s")
     if not why:  # scaling better than linear in the model: a smaller group is slower per GPU
         why.append("a group of GPUs makes more videos an hour than single GPUs here")
     return why
@@ -149,7 +149,7 @@ def _reasoning(out: dict, met: bool, none_fit: bool) -> list[str]:
                      f"videos an hour: the replicas make {out['advantage_over_cp']:.2f}x as many.")
         if out["advantage_over_cp"] <= 1 + TIE:
             lines.append("Within 2% of CP on all GPUs: the model cannot tell them apart.")
-    lines += [f"CP is still the answer: {why}." for why in out["cp_because"]]
+    lines += [f"CP is still the answer, because {why}." for why in out["cp_because"]]
     if not met:
         lines.append(f"No option meets {out['max_seconds']:g} s per video: the fastest is shown.")
     if none_fit:
