@@ -53,8 +53,11 @@ def _cases(seed: int, count: int):
     return out
 
 
-def _rates(gpu: str, kernel: str = "fa2"):
+def _rates(gpu: str, kernel: str | None = None):
+    """(matmul, attention) FLOP/s on `gpu`: attention at `kernel`, else the GPU's default
+    (`default_kernel`: FA2 where flash-attn 2 runs, the generation's kernel on Blackwell)."""
     g = get_gpu(gpu)
+    kernel = kernel or g.kernel
     matmul = g.bf16_tflops * 1e12 * float(facts()["calculator_defaults"]["matmul_efficiency"])
     return matmul, g.bf16_tflops * 1e12 * kernel_efficiency(g.id, kernel)[0]
 
