@@ -20,7 +20,7 @@ import torch
 
 from cpcourse.launch import launch
 from cpcourse.models.build import ARCHS
-from cpcourse.models.compare import DTYPES, guidance, reference, tolerance
+from cpcourse.models.compare import DTYPES, check_request, guidance, reference, tolerance
 from cpcourse.models.parallel import METHODS
 from cpcourse.models.split import SPLITS
 from cpcourse.support.errors import guidance_scale, require
@@ -81,11 +81,11 @@ class ModelsRequest:
         whole("repeat", self.repeat, low=0, high=20)
         whole("batch", self.batch, high=4)
         whole("threads_per_rank", self.threads_per_rank)
+        if self.threads_single is not None:
+            whole("threads_single", self.threads_single)
         if self.ulysses is not None:
             whole("ulysses", self.ulysses)
         guidance_scale("cfg_scale", self.cfg_scale)
-        from cpcourse.models.compare import check_request
-
         self._set(tokens=check_request(self))
 
     def _set(self, **values) -> None:
