@@ -32,13 +32,13 @@ def _methods(text: str, base: dict, nproc: int) -> list[str]:
     """--methods, each checked as `run_models` will check it, before the first one runs (a bad
     second method used to be refused only after the first had run in full)."""
     from cpcourse.launch import check_nproc
-    from cpcourse.models.compare import check_spec
+    from cpcourse.runs.models import ModelsRequest
 
     check_nproc(nproc, "--nproc")
     methods = text.split(",")
     for method in methods:
         try:
-            check_spec({**base, "method": method}, nproc)
+            ModelsRequest(**base, method=method, nproc=nproc)
         except InputError as exc:
             raise InputError(f"--methods {method!r}: {exc}") from None
     return methods

@@ -134,6 +134,7 @@ OWN_FLAGS = {"attention_efficiency": "--attn-efficiency", "bandwidth_gbps": "--b
              "full_method": "--full", "temporal_method": "--temporal"}
 OWN_FLAGS |= {name: "--" + name.replace("_", "-")
               for name in ("seq_len", "repeats", "methods", "kv_cache", "comm_dtype")}
+OWN_FLAGS |= {"repeat": "--repeat"}  # cpcourse models
 PARAM_FLAGS = {**{name: "--" + name.replace("_", "-") for name in PARAMS}, **OWN_FLAGS}
 _NAMES = "|".join(sorted(PARAM_FLAGS, key=len, reverse=True))
 _LEADING = re.compile(rf"^({_NAMES})(?=[ ,:])")

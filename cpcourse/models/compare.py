@@ -2,11 +2,12 @@
 
     python -m cpcourse.cli models --arch cogvideox --nproc 3 --method ring --compare --json
 
-`reference(spec)` is the unparallelised model in this process; `rank_forward(spec)` builds the
-same model from the same seed on each rank, parallelizes it and runs the same inputs. A spec is
-a dict: arch, method, frames, height, width, seed, dtype ("float32" | "bfloat16" | ...), and
-optionally ulysses, ring_mode, shard_io, repeat (timed forwards after one warm-up), config
-(tiny-config overrides), sample_steps (run the sampler instead of one forward).
+`reference(req)` is the unparallelised model in this process; `rank_forward(req)` builds the
+same model from the same seed on each rank, parallelizes it and runs the same inputs. `req` is
+a `cpcourse.runs.models.ModelsRequest` (checked when made, by `check_request`): its arch,
+method or layout, frames, height, width, batch, seed, dtype, ulysses, ring_mode, split,
+shard_io, repeat (timed forwards after one warm-up), config (tiny-config overrides),
+sample_steps (run the sampler instead of one forward) and cfg_scale.
 """
 
 from __future__ import annotations
@@ -20,17 +21,18 @@ from cpcourse.models.build import build, example_inputs
 from cpcourse.models.parallel import parallelize
 from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.support.dtypes import torch_dtype
+from cpcourse.support.errors import require
 from cpcourse.support.tolerance import tolerance  # noqa: F401  (graders import it from here)
 
 DTYPES = ("float32", "float64", "bfloat16", "float16")  # torch's spellings, as `--dtype` takes them
 
 
-def model_and_inputs(spec: dict):
-    dtype = torch_dtype(spec.get("dtype", "float32"))
-    model = build(spec["arch"], seed=spec.get("seed", 0), dtype=dtype, **spec.get("config", {}))
-    inputs = example_inputs(spec["arch"], spec.get("frames", 5), spec.get("height", 8),
-                            spec.get("width", 8), batch=spec.get("batch", 1),
-                            seed=spec.get("seed", 0) + 1, dtype=dtype)
+def model_and_inputs(req):
+    """The seeded tiny model of `req.arch` and its example inputs, in `req.dtype`."""
+    dtype = torch_dtype(req.dtype)
+    model = build(req.arch, seed=req.seed, dtype=dtype, **(req.config or {}))
+    inputs = example_inputs(req.arch, req.frames, req.height, req.width, batch=req.batch,
+                            seed=req.seed + 1, dtype=dtype)
     return model, inputs
 
 
@@ -45,44 +47,43 @@ def _timed(fn, repeat: int):
     return out, (statistics.median(times) if times else None)
 
 
-def _run(model, inputs, spec, cp: bool):
-    if spec.get("sample_steps"):
+def _run(model, inputs, req, cp: bool):
+    if req.sample_steps:
         from cpcourse.models.sampler import sample
 
-        return lambda: sample(model, spec["arch"], inputs, steps=spec["sample_steps"],
-                              cfg_scale=spec.get("cfg_scale", 5.0), seed=spec.get("seed", 0))
-    if cp and spec.get("shard_io"):
+        return lambda: sample(model, req.arch, inputs, steps=req.sample_steps,
+                              cfg_scale=req.cfg_scale, seed=req.seed)
+    if cp and req.shard_io:
         mine = dict(inputs, hidden_states=shard_latents(model, inputs["hidden_states"]))
         return lambda: gather_latents(model, model(**mine, return_dict=False)[0])
     return lambda: model(**inputs, return_dict=False)[0]
 
 
-def reference(spec: dict) -> tuple[torch.Tensor, float | None]:
+def reference(req) -> tuple[torch.Tensor, float | None]:
     """(output, median seconds) of the unparallelised model in this process."""
-    model, inputs = model_and_inputs(spec)
-    return _timed(_run(model, inputs, spec, cp=False), spec.get("repeat", 0))
+    model, inputs = model_and_inputs(req)
+    return _timed(_run(model, inputs, req, cp=False), req.repeat)
 
 
-def rank_forward(spec: dict) -> dict:
+def rank_forward(req) -> dict:
     """On every rank: the parallelized model's full output and its median forward time.
 
-    With `spec["layout"]` (a `cpcourse.support.layout.Layout` as a dict) the model runs on that
-    mesh, and the bytes this rank sent per mesh dim in one untimed run are measured beside
-    `cpcourse.models.costs.predicted_bytes`.
+    With `req.layout` (a `cpcourse.support.layout.Layout`) the model runs on that mesh, and the
+    bytes this rank sent per mesh dim in one untimed run are measured beside
+    `cpcourse.models.costs.predicted_bytes`. The checks that need the ranks (do they all run
+    the same method, model and latents?) are parallelize's and the forward's.
     """
-    model, inputs = model_and_inputs(spec)
+    model, inputs = model_and_inputs(req)
     mesh = None
-    if spec.get("layout"):
+    if req.layout is not None:
         from cpcourse.mesh import make_mesh
 
-        mesh = make_mesh(**spec["layout"])
-        parallelize(model, mesh=mesh, ring_mode=spec.get("ring_mode", "overlap"),
-                    shard_io=spec.get("shard_io", False))
+        mesh = make_mesh(**req.layout.as_dict())
+        parallelize(model, mesh=mesh, ring_mode=req.ring_mode, shard_io=req.shard_io)
     else:
-        parallelize(model, method=spec["method"], ulysses=spec.get("ulysses"),
-                    ring_mode=spec.get("ring_mode", "overlap"),
-                    shard_io=spec.get("shard_io", False), split=spec.get("split", "frames"))
-    fn = _run(model, inputs, spec, cp=True)
+        parallelize(model, method=req.method, ulysses=req.ulysses, ring_mode=req.ring_mode,
+                    shard_io=req.shard_io, split=req.split)
+    fn = _run(model, inputs, req, cp=True)
     extra = {}
     if mesh is not None:
         import torch.distributed as dist
@@ -90,82 +91,83 @@ def rank_forward(spec: dict) -> dict:
         from cpcourse.mesh import bytes_by_dim
         from cpcourse.models.costs import predicted_bytes
         from cpcourse.support.bytecount import count_bytes
-        from cpcourse.support.layout import Layout
 
         with torch.inference_mode(), count_bytes() as sent:
             fn()
-        extra = {"bytes_by_dim": bytes_by_dim(sent, mesh), "coords": Layout(
-            **spec["layout"]).coords(dist.get_rank()),
-            "predicted_bytes_by_dim": predicted_bytes(model, inputs, spec, dist.get_rank())}
-    out, seconds = _timed(fn, spec.get("repeat", 0))
+        rank = dist.get_rank()
+        extra = {"bytes_by_dim": bytes_by_dim(sent, mesh), "coords": req.layout.coords(rank),
+                 "predicted_bytes_by_dim": predicted_bytes(model, inputs, req, rank)}
+    out, seconds = _timed(fn, req.repeat)
     cp = model._cpcourse
     return {"out": out, "seconds": seconds, "frame_sizes": cp.frame_sizes or None,
             "tokens_per_rank": list(cp.lens), "tokens": sum(cp.lens), "ulysses": cp.ulysses,
             "ring": cp.ring, **extra}
 
 
-def guidance(spec: dict) -> float | None:
-    """The guidance scale that multiplies a spec's error (`tolerance`'s `guidance`): the CFG
+def guidance(req) -> float | None:
+    """The guidance scale that multiplies a run's error (`tolerance`'s `guidance`): the CFG
     scale of a sample, None for one forward or a guidance-distilled model (one branch a step)."""
     from cpcourse.models.build import arch_info
 
-    if not spec.get("sample_steps") or arch_info(spec["arch"]).guidance_distilled:
+    if not req.sample_steps or arch_info(req.arch).guidance_distilled:
         return None
-    return spec.get("cfg_scale", 5.0)
+    return req.cfg_scale
 
 
-def check_spec(spec: dict, nproc: int) -> dict:
-    """Everything a launch would only find out inside the ranks, checked here: one clear line."""
+def check_request(req) -> int:
+    """Everything a launch would only find out inside the ranks, checked here, in one clear
+    line: the sizes, the layout or the split over `req.nproc` ranks, the Ulysses degree.
+    Returns the video tokens of one sample."""
     from cpcourse.models.build import arch_info, check_size, tokens
-    from cpcourse.models.parallel import METHODS, check_ulysses
-    from cpcourse.models.split import SPLITS
-    from cpcourse.support.errors import guidance_scale, positive_int, require, seed_int
+
+    info = arch_info(req.arch)
+    check_size(info.id, req.frames, req.height, req.width)
+    n_tok, _ = tokens(info.id, req.frames, req.height, req.width)
+    require(n_tok * req.batch <= 65536, f"{n_tok} tokens is more than this CPU demo "
+            "runs (65,536 at most): use fewer frames or a smaller height / width")
+    tiny = {**info.tiny, **(req.config or {})}
+    if req.layout is not None:
+        _check_layout(req, info, tiny)
+    else:
+        _check_split(req, info, tiny["num_attention_heads"], n_tok)
+    return n_tok
+
+
+def _check_layout(req, info, tiny: dict) -> None:
+    from cpcourse.support.layout import check_layout, divisors
+
+    heads = tiny["num_attention_heads"]
+    require(req.split == "frames", "a layout splits whole latent frames "
+            "(its byte prediction counts them): use split='frames' with a layout")
+    lay = check_layout(req.layout, req.nproc, heads)
+    require(lay.tp == 1 or info.cp.tp, f"tensor parallel in "
+            f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
+    ffn = tiny.get("ffn_dim", 0)
+    require(ffn % lay.tp == 0, f"tp={lay.tp} splits the tiny {info.id}'s {ffn} MLP columns:"
+            f" use tp in {', '.join(str(d) for d in divisors(ffn) if heads % d == 0)}")
+    if lay.cfg == 2:
+        require(not info.guidance_distilled, f"{info.id} is guidance-distilled (one forward "
+                "per step, no CFG pair): use cfg=1")
+        require(req.sample_steps, "cfg=2 splits the CFG pair of a denoising step "
+                "over two ranks: add sample_steps=N")
+    require(req.frames >= lay.cp, f"ring x ulysses = {lay.cp} ranks split the {req.frames} "
+            f"latent frames: give frames={lay.cp} or more")
+
+
+def _check_split(req, info, heads: int, n_tok: int) -> None:
+    from cpcourse.models.parallel import check_ulysses
     from cpcourse.support.layout import divisors
 
-    info = arch_info(spec["arch"])
-    seed_int("seed", spec.get("seed", 0))
-    guidance_scale("cfg_scale", spec.get("cfg_scale", 5.0))
-    if spec.get("ulysses") is not None:
-        positive_int("ulysses", spec["ulysses"])
-    require(spec["method"] in METHODS, f"method must be one of {', '.join(METHODS)}, got "
-            f"{spec['method']!r}")
-    require(spec.get("dtype", "float32") in DTYPES, f"dtype must be one of {', '.join(DTYPES)}")
-    frames, height, width = spec.get("frames", 5), spec.get("height", 8), spec.get("width", 8)
-    check_size(info.id, frames, height, width)
-    n_tok, _ = tokens(info.id, frames, height, width)
-    require(n_tok * spec.get("batch", 1) <= 65536, f"{n_tok} tokens is more than this CPU demo "
-            "runs (65,536 at most): use fewer frames or a smaller height / width")
-    heads = {**info.tiny, **spec.get("config", {})}["num_attention_heads"]
-    if spec.get("layout"):
-        from cpcourse.support.layout import Layout, check_layout
-
-        require(spec.get("split", "frames") == "frames", "a layout splits whole latent frames "
-                "(its byte prediction counts them): use split='frames' with a layout")
-        lay = check_layout(Layout(**spec["layout"]), nproc, heads)
-        require(lay.tp == 1 or info.cp.tp, f"tensor parallel in "
-                f"cpcourse.models is built for Wan: the tiny {info.id} takes layouts with tp=1")
-        ffn = {**info.tiny, **spec.get("config", {})}.get("ffn_dim", 0)
-        require(ffn % lay.tp == 0, f"tp={lay.tp} splits the tiny {info.id}'s {ffn} MLP columns:"
-                f" use tp in {', '.join(str(d) for d in divisors(ffn) if heads % d == 0)}")
-        if lay.cfg == 2:
-            require(not info.guidance_distilled, f"{info.id} is guidance-distilled (one forward "
-                    "per step, no CFG pair): use cfg=1")
-            require(spec.get("sample_steps"), "cfg=2 splits the CFG pair of a denoising step "
-                    "over two ranks: add sample_steps=N")
-        require(frames >= lay.cp, f"ring x ulysses = {lay.cp} ranks split the {frames} latent "
-                f"frames: give frames={lay.cp} or more")
-        return {"tokens": n_tok}
-    split = spec.get("split", "frames")
-    require(split in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    require(split == "frames" or not spec.get("shard_io"), "shard_io hands each rank whole "
+    nproc, frames = req.nproc, req.frames
+    require(req.split == "frames" or not req.shard_io, "shard_io hands each rank whole "
             "latent frames: use split='frames' with it")
-    require(frames >= nproc or split == "tokens", f"CP splits the {frames} latent frames over "
-            f"{nproc} ranks: give frames={nproc} or more, use fewer ranks, or split='tokens'")
+    require(frames >= nproc or req.split == "tokens", f"CP splits the {frames} latent frames "
+            f"over {nproc} ranks: give frames={nproc} or more, use fewer ranks, or "
+            "split='tokens'")
     require(n_tok >= nproc, f"{n_tok} video tokens cannot be split over {nproc} ranks")
-    u = {"ulysses": nproc, "usp": spec.get("ulysses")}.get(spec["method"])
-    if spec["method"] == "usp" and u is not None:
+    u = {"ulysses": nproc, "usp": req.ulysses}.get(req.method)
+    if req.method == "usp" and u is not None:
         require(nproc % u == 0, f"ulysses {u} must divide nproc={nproc}: choose one of "
                 f"{', '.join(map(str, divisors(nproc)))}")
     if u is not None:
         check_ulysses(heads, u, nproc, what=f"the tiny {info.id}'s")
-    return {"tokens": n_tok}

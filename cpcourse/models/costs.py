@@ -29,15 +29,15 @@ def _all_reduce(payload: int, tp: int) -> int:
     return 2 * (tp - 1) * payload // tp  # as support.bytecount counts a ring all-reduce
 
 
-def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
-    """What `rank_forward`'s one measured run sends, per dim; None for models other than Wan."""
+def predicted_bytes(model, inputs: dict, req, rank: int) -> dict | None:
+    """What `rank_forward`'s one measured run of `req` (a `cpcourse.runs.models.ModelsRequest`
+    with a layout) sends, per dim; None for models other than Wan."""
     from cpcourse.mesh import usp_elements
     from cpcourse.models.split import latent_grid
-    from cpcourse.support.layout import Layout
 
     if type(model).__name__ != "WanTransformer3DModel":
         return None
-    lay = Layout(**spec["layout"])
+    lay = req.layout
     cfg = model.config
     co = lay.coords(rank)
     cp_rank = co["ring"] * lay.ulysses + co["ulysses"]
@@ -54,13 +54,13 @@ def predicted_bytes(model, inputs: dict, spec: dict, rank: int) -> dict | None:
     tp = depth * (3 * _all_reduce(b * mine * dim * e, lay.tp)
                   + 3 * _all_reduce(b * mine * 4, lay.tp) + _all_reduce(b * n_text * 4, lay.tp))
     per_forward = {"cfg": 0, "ring": depth * r_el * e, "ulysses": depth * u_el * e, "tp": tp}
-    shard_io = bool(spec.get("shard_io"))
+    shard_io = bool(req.shard_io)
     out_features = cfg.out_channels * math.prod(cfg.patch_size)
     gather_forward = 0 if shard_io else (lay.cp - 1) * b * max(lens) * out_features * e
     pt = cfg.patch_size[0]
     latent_elems = latents.numel() // latents.shape[2]  # per latent frame
     gather_end = (lay.cp - 1) * max(sizes) * pt * latent_elems * e if shard_io else 0
-    steps = spec.get("sample_steps") or 0
+    steps = req.sample_steps or 0
     forwards = steps * (1 if lay.cfg == 2 else 2) if steps else 1
     out = {k: v * forwards for k, v in per_forward.items()}
     if steps and lay.cfg == 2:

@@ -5,6 +5,8 @@
 One launch per world size runs every case on the ranks (`run_cases`); the references are the
 unparallelised models, built from the same seeds in this process. Latent frames are 5 (and 6),
 so P = 2, 3, 4 split them unevenly. The tiny models have 12 heads: Ulysses runs on 1 .. 4.
+Each case is a `ModelsRequest`, checked before the launch: what a Request refuses is tested in
+tests/unit/test_models.py; here only what the ranks alone can find (ranks that disagree).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import torch
 
 from cpcourse.launch import launch
 from cpcourse.models.compare import guidance, reference, tolerance
+from cpcourse.runs.models import ModelsRequest
 
 pytest.importorskip("diffusers")
 pytestmark = pytest.mark.dist
@@ -47,8 +50,15 @@ def cases(world: int) -> list[dict]:
     return out
 
 
-def run_cases(specs: list[dict]) -> list:
-    """On every rank: each case's output, or the InputError's message for a refusal."""
+def requests(world: int, specs: list[dict]) -> list[ModelsRequest]:
+    """Each case as the Request of a run on `world` ranks, with no timed repeats."""
+    return [ModelsRequest(**{"repeat": 0, **spec}, nproc=world) for spec in specs]
+
+
+def run_cases(cases: list) -> list:
+    """On every rank: each case's output, or the InputError's message for a refusal. A case is
+    a ModelsRequest, a list of one per rank (ranks that disagree), or ("rope_offset", request):
+    every rank numbers its frames from 0."""
     import torch.distributed as dist
 
     from cpcourse.models import parallel
@@ -56,36 +66,38 @@ def run_cases(specs: list[dict]) -> list:
     from cpcourse.support.errors import InputError
 
     results = []
-    for spec in specs:
-        spec = spec["per_rank"][dist.get_rank()] if "per_rank" in spec else spec
-        if spec.get("bug") == "rope_offset":  # every rank numbers its frames from 0
+    for case in cases:
+        bug = isinstance(case, tuple)
+        req = case[1] if bug else case[dist.get_rank()] if isinstance(case, list) else case
+        if bug:
             real = parallel.wan_rope_shard
             parallel.wan_rope_shard = lambda rope, f0, nf, h, w, real=real: real(rope, 0, nf, h, w)
         try:
-            results.append(rank_forward(spec)["out"])
+            results.append(rank_forward(req)["out"])
         except InputError as exc:
             results.append(str(exc))
         finally:
-            if spec.get("bug"):
+            if bug:
                 parallel.wan_rope_shard = real
     return results
 
 
 def _check(world: int, specs: list[dict]) -> None:
-    per_rank = launch("tests/dist/test_models_cp.py:run_cases", world, args=(specs,),
+    reqs = requests(world, specs)
+    per_rank = launch("tests/dist/test_models_cp.py:run_cases", world, args=(reqs,),
                       timeout=240, stream=False)
-    for i, spec in enumerate(specs):
-        want, _ = reference(spec)
-        tol = tolerance(spec["method"], spec.get("dtype", "float32"),
-                        guidance(spec), scale=float(want.double().abs().max()))
+    for i, req in enumerate(reqs):
+        want, _ = reference(req)
+        tol = tolerance(req.method, req.dtype, guidance(req),
+                        scale=float(want.double().abs().max()))
         for rank, outs in enumerate(per_rank):
             got = outs[i]
-            assert isinstance(got, torch.Tensor), f"{spec} on rank {rank} refused: {got}"
+            assert isinstance(got, torch.Tensor), f"{req} on rank {rank} refused: {got}"
             err = float((got.double() - want.double()).abs().max())
-            assert err <= tol, f"{spec}, rank {rank} of {world}: max |CP - one process| = " \
+            assert err <= tol, f"{req}, rank {rank} of {world}: max |CP - one process| = " \
                                f"{err:.2e} > {tol:.0e}"
         assert all(torch.equal(per_rank[0][i], r[i]) for r in per_rank), \
-            f"{spec}: the ranks' outputs differ"
+            f"{req}: the ranks' outputs differ"
 
 
 @pytest.mark.parametrize("world", [1, 2, 3, 4])
@@ -93,25 +105,21 @@ def test_every_arch_and_method_equals_one_process(world):
     _check(world, cases(world))
 
 
-def test_refusals_and_the_rope_offset_bug():
-    specs = [{"arch": "wan", "method": "ulysses", "config": {"num_attention_heads": 4}},
-             {"arch": "hunyuanvideo", "method": "usp", "ulysses": 2},
-             {"arch": "wan", "method": "ring", "frames": 2},
-             {"arch": "wan", "method": "ring", "bug": "rope_offset"},
+def test_ranks_that_disagree_are_refused_and_the_rope_offset_bug():
+    """Each rank's Request is valid alone: only the ranks together can refuse these."""
+    ring, = requests(3, [{"arch": "wan", "method": "ring"}])
+    cases = [("rope_offset", ring),
              # ranks that disagree: a send timed out after 30 s, a rank aborted (SIGABRT)
-             {"per_rank": [{"arch": "wan", "method": m} for m in ("ring", "ulysses", "ring")]},
-             {"per_rank": [{"arch": "wan", "method": "ring", "config": c}
-                           for c in ({}, {"num_attention_heads": 6}, {})]}]
-    per_rank = launch("tests/dist/test_models_cp.py:run_cases", 3, args=(specs,), timeout=240,
+             requests(3, [{"arch": "wan", "method": m} for m in ("ring", "ulysses", "ring")]),
+             requests(3, [{"arch": "wan", "method": "ring", "config": c}
+                          for c in ({}, {"num_attention_heads": 6}, {})])]
+    per_rank = launch("tests/dist/test_models_cp.py:run_cases", 3, args=(cases,), timeout=240,
                       stream=False)
     for outs in per_rank:
-        assert "4 heads" in outs[0] and "1" in outs[0] and "ring" in outs[0], outs[0]
-        assert "divides the 3 ranks" in outs[1], outs[1]
-        assert "at least 3 latent frames" in outs[2], outs[2]
-        assert "method (rank 0 has 'ring', rank 1 has 'ulysses')" in outs[4], outs[4]
-        assert "heads (rank 0 has 12, rank 1 has 6)" in outs[5], outs[5]
-    want, _ = reference(specs[3])
-    err = float((per_rank[0][3] - want).abs().max())
+        assert "method (rank 0 has 'ring', rank 1 has 'ulysses')" in outs[1], outs[1]
+        assert "heads (rank 0 has 12, rank 1 has 6)" in outs[2], outs[2]
+    want, _ = reference(ring)
+    err = float((per_rank[0][0] - want).abs().max())
     # no error is raised: the video is just wrong, by far more than any rounding
     assert err > 1e3 * tolerance("ring"), f"forgetting the rotary offset moved the output by {err}"
 

@@ -10,12 +10,14 @@ from cpcourse.models.compare import guidance, reference, tolerance
 pytestmark = pytest.mark.dist
 
 BASE = {"frames": 5, "height": 8, "width": 8, "batch": 1, "dtype": "float32", "seed": 2,
-        "repeat": 0, "cfg_scale": 5.0, "method": "usp"}
+        "repeat": 0, "cfg_scale": 5.0}
 
 
 def _case(arch, layout, **extra):
+    from cpcourse.runs.models import ModelsRequest
+
     full = {"cfg": 1, "ring": 1, "ulysses": 1, "tp": 1, **layout}
-    return {**BASE, "arch": arch, "layout": full, **extra}
+    return ModelsRequest(**BASE, arch=arch, layout=full, **extra)  # nproc: the layout's world
 
 
 CASES = {4: [_case("wan", {"cfg": 2, "ring": 2}, sample_steps=2),
@@ -33,7 +35,7 @@ CASES = {4: [_case("wan", {"cfg": 2, "ring": 2}, sample_steps=2),
 def every_case(cases):
     from cpcourse.models.compare import rank_forward
 
-    return [rank_forward(spec) for spec in cases] + [_different_latents()]
+    return [rank_forward(req) for req in cases] + [_different_latents()]
 
 
 def _different_latents():
@@ -63,13 +65,13 @@ def runs():
 
 @pytest.mark.parametrize("world", [4, 8])
 def test_every_layout_equals_one_process(runs, world):
-    for i, spec in enumerate(CASES[world]):
-        ref, _ = reference(spec)
-        tol = tolerance("usp", "float32", guidance(spec),
+    for i, req in enumerate(CASES[world]):
+        ref, _ = reference(req)
+        tol = tolerance("usp", "float32", guidance(req),
                         scale=float(ref.double().abs().max()))
         for r in (res[i] for res in runs[world]):
             err = float((r["out"] - ref).abs().max())
-            assert err <= tol, (spec["arch"], spec["layout"], err)
+            assert err <= tol, (req.arch, req.layout, err)
 
 
 def test_ranks_that_pass_different_latents_get_one_clear_error(runs):
@@ -79,11 +81,12 @@ def test_ranks_that_pass_different_latents_get_one_clear_error(runs):
 
 @pytest.mark.parametrize("world", [4, 8])
 def test_bytes_per_dim_equal_the_traffic_model(runs, world):
-    for i, spec in enumerate(CASES[world]):
+    for i, req in enumerate(CASES[world]):
+        degrees = req.layout.as_dict()
         for r in (res[i] for res in runs[world]):
-            if spec["arch"].startswith("wan"):
-                assert r["bytes_by_dim"] == r["predicted_bytes_by_dim"], (spec, r["coords"])
+            if req.arch.startswith("wan"):
+                assert r["bytes_by_dim"] == r["predicted_bytes_by_dim"], (req, r["coords"])
             else:  # the traffic model covers Wan; the others are measured only
                 assert r["predicted_bytes_by_dim"] is None
             for dim in ("cfg", "ring", "ulysses", "tp"):
-                assert (r["bytes_by_dim"][dim] > 0) == (spec["layout"][dim] > 1), (spec, dim)
+                assert (r["bytes_by_dim"][dim] > 0) == (degrees[dim] > 1), (req, dim)

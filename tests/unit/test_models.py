@@ -316,3 +316,49 @@ def test_each_arch_cp_plan_names_what_its_diffusers_class_has(arch):
     assert (plan.rope is not None) == hasattr(model, "rope")
     for key, _, why in plan.refuse + plan.refuse_shard_io:
         assert key in model.config and why
+
+
+@pytest.mark.parametrize("fields,words", [
+    # these three were refused inside the ranks (tests/dist/test_models_cp.py); the Request
+    # refuses them before any process starts, with the same meaning
+    ({"arch": "wan", "method": "ulysses", "config": {"num_attention_heads": 4}},
+     ("4 heads over 3 ranks", "work on 3 ranks are 1", "the ring has no such limit")),
+    ({"arch": "hunyuanvideo", "method": "usp", "ulysses": 2}, ("ulysses 2 must divide nproc=3",)),
+    ({"arch": "wan", "method": "ring", "frames": 2},
+     ("splits the 2 latent frames over 3 ranks", "give frames=3 or more")),
+    ({"arch": "wan", "layout": "cfg=2,ring=2"}, ("layout cfg2 x ring2 needs 4 ranks",)),
+    ({"arch": "wan", "repeat": 21}, ("repeat 21: use at most 20",)),
+    ({"arch": "wan", "split": "tokens", "shard_io": True}, ("shard_io hands each rank",)),
+])
+def test_the_models_request_refuses_before_any_process_starts(fields, words):
+    from cpcourse.runs.models import ModelsRequest
+
+    with pytest.raises(InputError) as exc:
+        ModelsRequest(nproc=3, **fields)
+    for w in words:
+        assert w in str(exc.value), str(exc.value)
+
+
+def test_the_models_request_is_what_the_ranks_read():
+    from cpcourse.runs.models import ModelsRequest, as_request
+
+    req = as_request({"arch": "wan", "layout": {"cfg": 2, "ulysses": 2}, "sample_steps": 2})
+    assert req.nproc == 4 and req.layout.cfg == 2 and req.tokens == 5 * 16
+    assert ModelsRequest(arch="wan").nproc == 2 and as_request(req, nproc=4) == req
+    with pytest.raises(InputError, match="needs 4 ranks"):
+        as_request(req, nproc=2)
+    with pytest.raises(AttributeError):
+        req.frames = 3  # frozen: a Request that exists was checked
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 8), st.sampled_from(["frames", "tokens"]))
+def test_a_frame_split_needs_a_frame_per_rank(nproc, frames, split):
+    from cpcourse.runs.models import ModelsRequest
+
+    try:
+        ModelsRequest(arch="wan", method="ring", nproc=nproc, frames=frames, split=split)
+        ok = True
+    except InputError:
+        ok = False
+    assert ok == (frames >= nproc or split == "tokens")
