@@ -69,7 +69,7 @@ from cpcourse.planner.deployment_memory import (  # noqa: F401 (re-exported)
     tokens_per_rank,
 )
 from cpcourse.planner.facts import dit_derived_costs, facts
-from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
+from cpcourse.planner.fixed_costs import OncePerVideo, fixed_seconds, once_keys
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
 from cpcourse.planner.overheads import collective_latency, link_rate, split_ratio
 from cpcourse.planner.pipeline_memory import RESIDENT, Residency
@@ -257,10 +257,10 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
         per_forward["attn2d"] = comm.attn2d
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
     prompts = model.cfg_forwards  # one text encode per guided forward (Open-Sora 2.0: 3)
-    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts,
-                         text_encoder=residency.place, vae_ranks=vae_ranks,
-                         text_encoder_bytes=mem.pipeline["text_encoder_weights"],
-                         gpus_per_node=gpus_per_node, vae_elem_bytes=mem.pipeline["vae_elem_bytes"])
+    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts, OncePerVideo(
+        text_encoder=residency.place, text_encoder_bytes=mem.pipeline["text_encoder_weights"],
+        vae_ranks=vae_ranks, gpus_per_node=gpus_per_node,
+        vae_elem_bytes=mem.pipeline["vae_elem_bytes"]))
     fixed = once["seconds"]
     return {
         "layout": layout.as_dict(), "tokens_per_rank": tokens_per_rank(tok, layout),
