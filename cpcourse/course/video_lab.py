@@ -60,7 +60,7 @@ def measure(shape, text_tokens: int = 6, few_frames: tuple | None = None) -> dic
         rows.append({"kind": kind, "method": method, "seconds": time.perf_counter() - start,
                      "err": _err(out, video.frame_shard(refs[kind], rank, world)),
                      "bytes": sent.total, "predicted": video_costs.predicted_bytes(
-                         kind, method, b, h, t, s, d, world, rank)})
+                         kind, method, (b, h, t, s, d), world, rank)})
     # the learner's exercises (or the reference, with a notice, while unsolved)
     ex = {}
     ex["06.2 gather_frames"] = _err(exercise("06.2")(mine[0]), q)

@@ -58,20 +58,24 @@ decode's working set. `per_gpu_bytes` is the largest phase on the busiest GPU.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from cpcourse.planner import uncertainty
 from cpcourse.planner.costs import tiling_bytes_per_rank
+from cpcourse.planner.deployment_memory import (  # noqa: F401 (re-exported)
+    BYTES,
+    Memory,
+    memory_bytes,
+    tokens_per_rank,
+)
 from cpcourse.planner.facts import dit_derived_costs, facts
-from cpcourse.planner.fixed_costs import fixed_seconds, once_keys
+from cpcourse.planner.fixed_costs import OncePerVideo, fixed_seconds, once_keys
 from cpcourse.planner.hardware import copy_efficiency, get_gpu, kernel_efficiency, link_for
 from cpcourse.planner.overheads import collective_latency, link_rate, split_ratio
-from cpcourse.planner.pipeline_memory import RESIDENT, Residency, phases, released_bytes
+from cpcourse.planner.pipeline_memory import RESIDENT, Residency
 from cpcourse.planner.tokens import ModelPreset, as_preset
-from cpcourse.support.dtypes import nbytes
 from cpcourse.support.layout import Layout
 
-BYTES = nbytes("bf16")  # bf16 weights and activations
 # One fold of a ring block into the running fp32 output, as an in-place merge does it (e.g.
 # ring-flash-attn's out -= sigmoid(block_lse - lse) * (out - block_out)): the block's bf16 out
 # cast up (read 2, write 4), out scaled in place (read 4, write 4), the block added in (read
@@ -98,11 +102,6 @@ def tp_allreduce_bytes(n: int, hidden: int, tp: int) -> float:
     """Bytes one GPU sends in one TP all-reduce of its [n, hidden] bf16 hidden state, as a ring
     all-reduce does it: 2 (tp - 1) / tp of the tensor."""
     return 2 * (tp - 1) / tp * n * hidden * BYTES
-
-
-def _tokens_per_rank(tok, layout: Layout) -> int:
-    """n: the tokens one GPU holds, the sequence split over ring x ulysses."""
-    return math.ceil(tok.sequence_length / (layout.ring * layout.ulysses))
 
 
 def _cross_attention(model, tok) -> bool:
@@ -137,7 +136,7 @@ def compute_seconds(model, tok, gpu, layout: Layout, kernel: str) -> Compute:
     r, t = layout.ring, layout.tp
     n_seq, n_text = tok.sequence_length, tok.text_tokens
     cross = _cross_attention(model, tok)
-    n = _tokens_per_rank(tok, layout)
+    n = tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
     p_block = model.block_params
     kv_cross = 2 * h * h * layers if cross else 0  # cross-attention K/V weights meet the text
@@ -188,7 +187,7 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
     collective's latency (`_alpha`); the ring's hops and FSDP's gathers hide behind `compute`
     only as far as they are shorter (see the module docstring)."""
     c, r, u, t, world = layout.cfg, layout.ring, layout.ulysses, layout.tp, layout.world
-    n = _tokens_per_rank(tok, layout)
+    n = tokens_per_rank(tok, layout)
     h, layers = model.hidden, model.layers
     uly_link = link_for(u * t, gpus_per_node, gpu)
     ring_link = link_for(r * u * t, gpus_per_node, gpu)  # the ring spans ring x ulysses x tp
@@ -235,68 +234,6 @@ def comm_seconds(model, tok, gpu, layout: Layout, gpus_per_node: int, compute: C
                          latency=lat_a2a + lat_ring + lat_tp)
 
 
-@dataclass(frozen=True)
-class Memory:
-    """Bytes on one GPU: the denoising loop's parts (weights, activations, the ring's and the
-    all-to-all's buffers), the rest of the pipeline, and the phases they add up to
-    (`cpcourse.planner.pipeline_memory`)."""
-
-    weights: int
-    activations: int
-    ring_buffers: int
-    all_to_all_buffers: int
-    text_encoder: float
-    vae: float
-    vae_decode: float
-    phases: dict
-    phase_parts: dict
-    counted: dict
-    released_dtypes: str | None
-    pipeline: dict = field(default_factory=dict)  # pipeline_memory.phases' whole answer
-
-    @property
-    def per_gpu(self) -> float:
-        """The largest phase on the busiest GPU."""
-        return max(self.phases.values())
-
-    def parts(self) -> dict:
-        """Bytes by part: `breakdown.memory_bytes` of `cost`."""
-        return {"weights": self.weights, "activations": self.activations,
-                "ring_buffers": self.ring_buffers, "all_to_all_buffers": self.all_to_all_buffers,
-                "text_encoder": self.text_encoder, "vae": self.vae, "vae_decode": self.vae_decode}
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-
-def memory_bytes(model, tok, layout: Layout, fsdp: bool, released: bool,
-                 residency: Residency, vae_ranks: int = 1) -> Memory:
-    """Bytes per GPU, part by part and phase by phase (see the module docstring)."""
-    r, u, t, world = layout.ring, layout.ulysses, layout.tp, layout.world
-    n = _tokens_per_rank(tok, layout)
-    h, layers = model.hidden, model.layers
-    (dit_b, _, _), dtype_source = released_bytes(model) if released else ((BYTES,) * 3, None)
-    weights = model.params_b * 1e9 * dit_b
-    # FSDP gathers one layer at a time in the compute dtype (bf16)
-    sharded = fsdp and world > 1
-    weights_gpu = (weights / world + model.block_params / layers * BYTES if sharded
-                   else weights / t)
-    acts = n * (3 * h + (3 * h + model.ffn) / t) * BYTES
-    ring_buf = 2 * 2 * n * h / t * BYTES if r > 1 else 0
-    if layout.grid:  # the gathered Q (C shards) and K/V (R shards), the partials in fp32
-        rows, cols = layout.grid
-        ring_buf = (cols + 2 * rows) * n * h / t * BYTES + cols * n * h / t * 4
-    a2a_buf = 2 * 3 * n * h / t * BYTES if u > 1 else 0
-    pipe = phases(model, tok, transformer=weights_gpu, loop=acts + ring_buf + a2a_buf,
-                  shards=world if sharded else 1, released=released, residency=residency,
-                  vae_ranks=vae_ranks)
-    return Memory(weights=int(weights_gpu), activations=int(acts), ring_buffers=int(ring_buf),
-                  all_to_all_buffers=int(a2a_buf), text_encoder=pipe["text_encoder"],
-                  vae=pipe["vae"], vae_decode=pipe["vae_decode"], phases=pipe["phases"],
-                  phase_parts=pipe["parts"], counted=pipe["counted"],
-                  released_dtypes=dtype_source, pipeline=pipe)
-
-
 def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int, *,
          kernel: str | None = None, fsdp: bool = False, steps: int = 50, released: bool = False,
          residency: Residency = RESIDENT, parallel_vae: bool = False) -> dict:
@@ -320,13 +257,13 @@ def cost(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_no
         per_forward["attn2d"] = comm.attn2d
     step_s = forwards * sum(per_forward.values()) + comm.cfg_exchange
     prompts = model.cfg_forwards  # one text encode per guided forward (Open-Sora 2.0: 3)
-    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts,
-                         text_encoder=residency.place, vae_ranks=vae_ranks,
-                         text_encoder_bytes=mem.pipeline["text_encoder_weights"],
-                         gpus_per_node=gpus_per_node, vae_elem_bytes=mem.pipeline["vae_elem_bytes"])
+    once = fixed_seconds(model, tok, gpu.id, comp.matmul_rate, prompts, OncePerVideo(
+        text_encoder=residency.place, text_encoder_bytes=mem.pipeline["text_encoder_weights"],
+        vae_ranks=vae_ranks, gpus_per_node=gpus_per_node,
+        vae_elem_bytes=mem.pipeline["vae_elem_bytes"]))
     fixed = once["seconds"]
     return {
-        "layout": layout.as_dict(), "tokens_per_rank": _tokens_per_rank(tok, layout),
+        "layout": layout.as_dict(), "tokens_per_rank": tokens_per_rank(tok, layout),
         "kernel": kernel, "kernel_efficiency": comp.kernel_efficiency,
         "kernel_source": comp.kernel_source, "links": comm.links,
         "forwards_per_step": forwards, "seconds_per_step": step_s,

@@ -36,6 +36,7 @@ reload when freed, the CPU's rate on the CPU). With `vae_ranks` > 1 the decode i
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 
 from cpcourse.planner import uncertainty
 from cpcourse.planner.facts import vae_flops_table, vae_measurements
@@ -141,14 +142,29 @@ def decode_roofline(model: ModelPreset | str, gpu_id: str, flops: float) -> dict
                        f"({whose}); here {'compute' if compute_s >= memory_s else 'memory'}-bound")}
 
 
+@dataclass(frozen=True)
+class OncePerVideo:
+    """How the work done once per video runs: the text encoder's place
+    (`cpcourse.planner.text_encoder`) and its weights on one GPU (what a freed encoder reloads),
+    the GPUs the decode is split over (`cpcourse.planner.parallel_vae`), GPUs per node, and the
+    decode's bytes per element."""
+
+    text_encoder: str = "resident"
+    text_encoder_bytes: float = 0.0
+    vae_ranks: int = 1
+    gpus_per_node: int = 8
+    vae_elem_bytes: int = 2
+
+
 def fixed_seconds(model: ModelPreset | str, tok, gpu_id: str, matmul_rate: float,
-                  prompts: int, *, text_encoder: str = "resident", text_encoder_bytes: float = 0.0,
-                  vae_ranks: int = 1, gpus_per_node: int = 8, vae_elem_bytes: int = 2) -> dict:
+                  prompts: int, how: OncePerVideo = OncePerVideo()) -> dict:
     """Seconds once per video ({'vae_decode', 'text_encoder'}), where the VAE rate is from, and
     `serial_seconds`, the part that no number of GPUs shortens (Amdahl's s): the encoder, and the
-    decode whole or, split over `vae_ranks` GPUs (`cpcourse.planner.parallel_vae`), its link
-    time. `text_encoder` is its place (`cpcourse.planner.text_encoder`), `text_encoder_bytes`
-    its weights on one GPU (what a freed encoder reloads)."""
+    decode whole or, split over `how.vae_ranks` GPUs (`cpcourse.planner.parallel_vae`), its link
+    time."""
+    text_encoder, text_encoder_bytes, vae_ranks = (how.text_encoder, how.text_encoder_bytes,
+                                                   how.vae_ranks)
+    gpus_per_node, vae_elem_bytes = how.gpus_per_node, how.vae_elem_bytes
     g = get_gpu(gpu_id)
     model = as_preset(model)
     vae = vae_decode_flops(model, tok.latent_frames, tok.latent_height * tok.latent_width)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from cpcourse.planner.facts import facts, gpu_measured
+from cpcourse.planner.links import Link, get_link, links, nvlink_id  # noqa: F401 (re-exported)
 from cpcourse.support.errors import InputError, did_you_mean, require
 
 
@@ -65,29 +66,9 @@ class GPU:
                 f"{self.name}'s {self.bf16_tflops:g} TFLOP/s")
 
 
-@dataclass(frozen=True)
-class Link:
-    id: str
-    name: str
-    gbps_per_direction: float  # GB/s, decimal, line rate one way
-    efficiency: float  # share of line rate that NCCL-style traffic reaches
-    source: str
-
-    @property
-    def effective_gbps(self) -> float:
-        return self.gbps_per_direction * self.efficiency
-
-
 _ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
             "a800": "a800-80gb-sxm", "4090": "rtx4090"}
 KERNELS = ("fa2", "fa3", "sdpa", "fa4", "cudnn")
-
-
-def _nvlink_id(g: dict) -> str | None:
-    """Link id of a facts-sheet GPU's NVLink, or None where it has none."""
-    if not g.get("nvlink_gen"):
-        return None
-    return g.get("intra_node_link") or f"nvlink{g['nvlink_gen']}"
 
 
 def _pcie_id(g: dict) -> str:
@@ -100,7 +81,7 @@ def gpus() -> dict[str, GPU]:
     f = facts()
     out = {}
     for g in f["hardware"]:
-        nvlink = _nvlink_id(g)
+        nvlink = nvlink_id(g)
         out[g["id"]] = GPU(
             id=g["id"], name=g["name"], bf16_tflops=float(g["bf16_dense_tflops"]),
             hbm_gb=float(g["hbm_GB"]), nvlink=nvlink, pcie=_pcie_id(g),
@@ -219,57 +200,6 @@ def sdpa_by_torch() -> list[dict]:
     return facts()["calculator_defaults"]["attention_kernels"]["sdpa_by_torch"]["rows"]
 
 
-@lru_cache(maxsize=1)
-def links() -> dict[str, Link]:
-    """Interconnects by id: each GPU's NVLink (nvlink3/4/5, and the 8-link nvlink4-h800 and
-    nvlink3-a800), PCIe 4/5 x16, InfiniBand NDR/HDR per NIC."""
-    f = facts()
-    nv_eff = float(f["calculator_defaults"]["nvlink_efficiency"])
-    out: dict[str, Link] = {}
-    for g in f["hardware"]:
-        lid = _nvlink_id(g)
-        if lid is None:
-            continue
-        gbps = float(g["nvlink_GBps_per_dir"])
-        if lid in out:  # GPUs that share a link id must agree on its bandwidth
-            if out[lid].gbps_per_direction != gbps:
-                raise ValueError(f"facts sheet: {g['id']} gives {lid} {gbps} GB/s, another GPU "
-                                 f"{out[lid].gbps_per_direction}")
-            continue
-        plain = lid == f"nvlink{g['nvlink_gen']}"
-        out[lid] = Link(
-            lid, f"NVLink {g['nvlink_gen']} ({g['nvlink_links']} links"
-            + (")" if plain else f", {g['name']})"), gbps, nv_eff,
-            "line rate: " + g["sources"][0] + "; efficiency: facts calculator_defaults "
-            "nvlink_efficiency (H100 NCCL ~370 of 450 GB/s, nccl-tests #212)")
-    lk = f["links"]
-    ndr_eff = float(f["calculator_defaults"]["ib_ndr_effective_GBps"]) / lk["ib_ndr_400"][
-        "GBps_per_dir"]
-    pcie_eff = lk["pcie5_x16"]["measured_h2d_GBps"] / lk["pcie5_x16"]["GBps_per_dir"]
-    hdr = lk["ib_hdr_200"]
-    p2p = lk["pcie4_x16"]["measured_gpu_to_gpu"]
-    out["pcie4"] = Link("pcie4", "PCIe Gen4 x16", lk["pcie4_x16"]["GBps_per_dir"],
-                        max(p2p["allreduce_busbw_GBps"]) / lk["pcie4_x16"]["GBps_per_dir"],
-                        "16 GT/s x16 128b/130b; efficiency measured GPU to GPU: "
-                        + p2p["source"] + "; NCCL itself models Gen4 x16 at "
-                        f"{p2p['nccl_model_GBps']:g} GB/s (" + p2p["nccl_model_source"] + ")")
-    host = lk["pcie4_x16"]["without_p2p"]
-    out["pcie4-host"] = Link("pcie4-host", "PCIe Gen4 x16 through host memory (no GPU P2P)",
-                             lk["pcie4_x16"]["GBps_per_dir"],
-                             host["ring_GBps"] / lk["pcie4_x16"]["GBps_per_dir"],
-                             "NCCL's own ring figure for a stock 8x RTX 4090 box: "
-                             + host["source"])
-    out["pcie5"] = Link("pcie5", "PCIe Gen5 x16", lk["pcie5_x16"]["GBps_per_dir"], pcie_eff,
-                        "32 GT/s x16 128b/130b; H200 H2D 55.4 GB/s measured (ml-engineering)")
-    out["ib-ndr"] = Link("ib-ndr", "InfiniBand NDR 400 (1 NIC per GPU)",
-                         lk["ib_ndr_400"]["GBps_per_dir"], ndr_eff,
-                         "400 Gb/s / 8; 46-48 GB/s in nccl-tests #290")
-    out["ib-hdr"] = Link("ib-hdr", "InfiniBand HDR 200 (1 NIC per GPU)", hdr["GBps_per_dir"],
-                         hdr["achievable_GBps"] / hdr["GBps_per_dir"],
-                         "200 Gb/s / 8; ~24 GB/s measured (NVIDIA/nccl #412)")
-    return out
-
-
 def get_gpu(gpu_id: str) -> GPU:
     table = gpus()
     require(isinstance(gpu_id, str), f"gpu must be an id (a string) such as 'h100', got "
@@ -279,20 +209,6 @@ def get_gpu(gpu_id: str) -> GPU:
         guess = did_you_mean(gpu_id, [*table, *_ALIASES])
         raise InputError(f"unknown GPU {gpu_id!r}: {guess}use one of {', '.join(table)} "
                          f"(or {', '.join(_ALIASES)})")
-    return table[key]
-
-
-def get_link(link_id: str) -> Link:
-    table = links()
-    if not link_id:
-        raise InputError(f"no link given: use one of {', '.join(table)}")
-    key = link_id.lower().replace("_", "-")
-    key = {"ndr": "ib-ndr", "hdr": "ib-hdr", "infiniband": "ib-ndr", "ib": "ib-ndr",
-           "nvlink": "nvlink4"}.get(key, key)
-    if key not in table:
-        raise InputError(f"unknown link {link_id!r}: {did_you_mean(link_id, table)}use one of "
-                         f"{', '.join(table)}, "
-                         "or give `bandwidth_gbps`")
     return table[key]
 
 

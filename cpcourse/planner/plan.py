@@ -14,18 +14,26 @@ runs nearest to a plan, which the command line prints with every answer.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from cpcourse.planner.deployment import cost
 from cpcourse.planner.hardware import (
     KERNELS,
     default_kernel,
-    generation_kernel,
     get_gpu,
     kernel_efficiency,
 )
 from cpcourse.planner.parallel_vae import check_splittable
 from cpcourse.planner.pipeline_memory import BF16, RESIDENT, Residency, decode_working_bytes
+from cpcourse.planner.plan_reasons import (  # noqa: F401 (NOT_COUNTED: re-exported)
+    NOT_COUNTED,
+    grid_lines,
+    kernel_line,
+    memory_line,
+    once_lines,
+    reason_lines,
+    why_not,
+)
 from cpcourse.planner.tokens import ModelPreset, TokenCount, as_preset, get_model, model_tokens
 from cpcourse.planner.uncertainty import interval
 from cpcourse.planner.uncertainty import sources as interval_sources
@@ -33,7 +41,6 @@ from cpcourse.support.errors import InputError, positive_int, require
 from cpcourse.support.layout import MAX_WORLD, Layout, layouts, with_attn2d
 
 TIE = 0.02  # layouts within 2% of the best are a tie: the model is not that precise
-NOT_COUNTED = "not counted (no size recorded)"  # never printed as 0.0 GB or 0 s
 
 
 def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
@@ -57,16 +64,31 @@ def validity(model: ModelPreset | str, tok, layout: Layout) -> str | None:
     return None
 
 
-def cost_layout(model: ModelPreset | str, tok, gpu_id: str, layout: Layout, gpus_per_node: int,
-                kernel: str, fsdp: bool, steps: int, released: bool = False,
-                residency: Residency = RESIDENT, parallel_vae: bool = False) -> dict:
+@dataclass(frozen=True)
+class Pricing:
+    """What every layout of one plan is priced with: GPUs per node, the attention kernel, FSDP,
+    the step count and how the pipeline holds its memory (`cpcourse.planner.deployment.cost`'s
+    keywords, gathered once so each layout is costed alike)."""
+
+    gpus_per_node: int
+    kernel: str
+    fsdp: bool
+    steps: int
+    released: bool = False
+    residency: Residency = RESIDENT
+    parallel_vae: bool = False
+
+
+def cost_layout(model: ModelPreset | str, tok, gpu_id: str, layout: Layout,
+                pricing: Pricing) -> dict:
     """One layout: valid, reason, and (when valid) its costs."""
     reason = validity(model, tok, layout)
     out = {"layout": layout.as_dict(), "valid": reason is None, "reason": reason}
     if reason is None:
-        out.update(cost(model, tok, gpu_id, layout, gpus_per_node, kernel=kernel, fsdp=fsdp,
-                        released=released, residency=residency, steps=steps,
-                        parallel_vae=parallel_vae))
+        p = pricing
+        out.update(cost(model, tok, gpu_id, layout, p.gpus_per_node, kernel=p.kernel,
+                        fsdp=p.fsdp, released=p.released, residency=p.residency, steps=p.steps,
+                        parallel_vae=p.parallel_vae))
     return out
 
 
@@ -119,17 +141,6 @@ class Plan:
         return self.as_dict()[key]
 
 
-def _why(best: dict, other: dict) -> str:
-    """The term that costs `other` the most against `best`, per step."""
-    a, b = best["breakdown"]["per_forward_seconds"], other["breakdown"]["per_forward_seconds"]
-    fa, fb = best["forwards_per_step"], other["forwards_per_step"]
-    diffs = {k: fb * b.get(k, 0.0) - fa * a.get(k, 0.0) for k in {**a, **b}}
-    if not other["fits"] and best["fits"]:
-        return "does not fit in the GPU's memory"
-    term = max(diffs, key=diffs.get)
-    return f"{term} costs {diffs[term]:+.3g} s per step more"
-
-
 def plan(model_id: str, height: int | None = None, width: int | None = None,
          frames: int | None = None, gpus: int = 8, gpu: str = "h100", nodes: int = 1, *,
          steps: int | None = None, kernel: str = "auto", layout=None,
@@ -159,8 +170,9 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
     head = {"model": m.id, "gpu": g.id, "gpus": gpus, "nodes": nodes, "steps": steps,
             "kernel": kernel, "tokens": tok, "hbm_bytes": g.hbm_bytes, "fsdp": bool(fsdp),
             "released": bool(released)}
-    how = {"released": released, "parallel_vae": bool(parallel_vae),
-           "residency": Residency(offload, text_encoder_cpu, text_encoder)}
+    how = Pricing(per_node, kernel, fsdp, steps, released=released,
+                  residency=Residency(offload, text_encoder_cpu, text_encoder),
+                  parallel_vae=bool(parallel_vae))
     if parallel_vae:
         check_splittable(m)
     if layout is not None:
@@ -170,29 +182,26 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
         if lay.world != gpus:
             raise InputError(f"layout {lay} needs {lay.world} GPUs, not gpus={gpus}: the "
                              "degrees must multiply to the GPU count")
-        one = _with_interval(cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how),
-                             args, lay, per_node, kernel, fsdp, steps, how)
+        one = _with_interval(cost_layout(*args, lay, how), args, lay, how)
         why = [one["reason"]] if one["reason"] else [f"{lay}: costed as given",
-                                                     *_grid_lines(m, tok, one),
-                                                     _memory_line(one, g), *_once_lines(one)]
+                                                     *grid_lines(m, tok, one),
+                                                     memory_line(one, g), *once_lines(one)]
         return Plan(**head, best=one, reasoning=why)
-    every = [cost_layout(*args, lay, per_node, kernel, fsdp, steps, **how)
-             for lay in _searched(gpus, m)]
+    every = [cost_layout(*args, lay, how) for lay in _searched(gpus, m)]
     valid = [c for c in every if c["valid"]]
     if not valid:
         raise InputError(f"no layout of {gpus} GPUs is valid for {m.id}: "
                          + "; ".join(sorted({c["reason"] for c in every})))
     pool = [c for c in valid if c["fits"]] or valid
     ranked = sorted(pool, key=lambda c: c["seconds_total"])
-    best = _with_interval(ranked[0], args, Layout(**ranked[0]["layout"]), per_node, kernel,
-                          fsdp, steps, how)
+    best = _with_interval(ranked[0], args, Layout(**ranked[0]["layout"]), how)
     tie = [c for c in ranked[1:] if c["seconds_total"] <= best["seconds_total"] * (1 + TIE)]
     runners = [{"layout": c["layout"], "seconds_total": c["seconds_total"],
-                "why_not": _why(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
-    reasons = _reasons(m, tok, g, best, tie, pool is valid)
+                "why_not": why_not(best, c)} for c in ranked[1 + len(tie):4 + len(tie)]]
+    reasons = reason_lines(m, tok, g, best, tie, pool is valid)
     if assumed:
-        reasons.append(_kernel_line(g, kernel, lambda k: cost_layout(
-            *args, Layout(**best["layout"]), per_node, k, fsdp, steps, **how)["seconds_total"],
+        reasons.append(kernel_line(g, kernel, lambda k: cost_layout(
+            *args, Layout(**best["layout"]), replace(how, kernel=k))["seconds_total"],
             best["seconds_total"]))
     return Plan(**head, best=best, reasoning=reasons, tie=[c["layout"] for c in tie],
                 runners_up=runners,
@@ -201,30 +210,16 @@ def plan(model_id: str, height: int | None = None, width: int | None = None,
                 alternatives=sorted(valid, key=lambda c: c["seconds_total"]))
 
 
-def _with_interval(c: dict, args, lay: Layout, per_node: int, kernel: str, fsdp: bool,
-                   steps: int, how: dict) -> dict:
+def _with_interval(c: dict, args, lay: Layout, how: Pricing) -> dict:
     """`c` (a valid costed layout) with `seconds_total_interval`: [lo, hi] seconds with every
     uncertain input at its fast and its slow end (`cpcourse.planner.uncertainty`), and
     `interval_inputs`, each input's range and source."""
     if not c["valid"]:
         return c
-    lo, hi = interval(lambda: cost_layout(*args, lay, per_node, kernel, fsdp, steps,
-                                          **how)["seconds_total"])
+    lo, hi = interval(lambda: cost_layout(*args, lay, how)["seconds_total"])
     return {**c, "seconds_total_interval": [min(lo, c["seconds_total"]),
                                             max(hi, c["seconds_total"])],
             "interval_inputs": interval_sources()}
-
-
-def _kernel_line(g, kernel: str, price, seconds: float) -> str:
-    """Which kernel an `auto` plan assumed, and what the kernel a current engine runs on this
-    GPU's generation (`hardware.generation_kernel`) would give instead: the two assumptions
-    side by side, neither chosen by what the published runs show."""
-    gen, source = generation_kernel(g.id)
-    head = f"Kernel assumed: {kernel} (the default, `hardware.default_kernel`)"
-    if gen == kernel or kernel_efficiency(g.id, gen)[0] is None:
-        return head + "; a current engine on this generation runs the same."
-    return (head + f"; a current engine on {g.arch} runs {gen} ({source.split(';')[0]}): "
-            f"{price(gen):.0f} s instead of {seconds:.0f} s.")
 
 
 def _refuse_no_effect(m, tok, released, offload, text_encoder_cpu, text_encoder) -> None:
@@ -274,105 +269,3 @@ def _checked_kernel(g, kernel: str) -> str:
             f"{g.name}: use fa2 or sdpa (`cpcourse.planner.hardware.kernel_efficiency` says why)")
     return kernel
 
-
-def _memory_line(c: dict, g) -> str:
-    """Per GPU at the peak, which phase it is and what it holds
-    (`cpcourse.planner.pipeline_memory`)."""
-    ph = c["breakdown"]["memory_phases"]
-    peak = max(ph, key=ph.get)
-    names = {"loop": "activations and buffers"}
-    held = ", ".join(f"{names.get(k, k.replace('_', ' '))} {b / 1e9:.1f}"
-                     for k, b in c["breakdown"]["memory_phase_parts"][peak].items())
-    return (f"Per GPU: {c['per_gpu_bytes'] / 1e9:.1f} GB of {g.hbm_gb:g} GB at the peak, the "
-            f"{peak} phase ({held}).")
-
-
-def _reasons(m, tok, g, best: dict, tie: list, none_fit: bool) -> list[str]:
-    lay = Layout(**best["layout"])
-    per = best["breakdown"]["per_forward_seconds"]
-    pair = {1: "one forward per step (guidance-distilled)", 2: "a CFG pair per step"}.get(
-        m.cfg_forwards, f"{m.cfg_forwards} guided forwards per step")
-    out = [f"{m.name}: {tok.sequence_length:,} tokens; {m.heads} heads, {m.layers} layers; "
-           f"{pair}.",
-           f"{lay}: {best['seconds_per_step']:.3g} s per step ({best['forwards_per_step']} "
-           f"forward(s)), of which attention {per['attention']:.3g} s and linear "
-           f"{per['linear']:.3g} s per forward at {best['kernel']} "
-           f"({best['kernel_efficiency']:.0%} of {g.bf16_tflops:g} TFLOP/s); plus "
-           f"{best['seconds_fixed']:.3g} s once (VAE decode, text encoder)."]
-    if tie:
-        out.append("A tie (within 2%) with " + ", ".join(str(Layout(**t["layout"])) for t in tie)
-                   + ": the model cannot tell them apart; pick by what else you need.")
-    comm = {k: per.get(k, 0.0) for k in ("ulysses", "ring_exposed", "attn2d", "tp_allreduce",
-                                        "fsdp_exposed")}
-    top = max(comm, key=comm.get)
-    out.append(f"Largest communication term: {top} {comm[top]:.3g} s per forward"
-               + (f" over {best['links'][top.split('_')[0]]}" if best["links"].get(
-                   top.split("_")[0]) else "") + ".")
-    out += _grid_lines(m, tok, best)
-    out.append(_memory_line(best, g)
-               + (" Nothing fits: add GPUs, TP or FSDP, or offload." if none_fit else ""))
-    return out + _once_lines(best)
-
-
-def _once_lines(c: dict) -> list[str]:
-    """Where the decode and the text encoder ran, and what each cost."""
-    te, split = c["text_encoder"], c["vae_decode"]
-    where = {"resident": "resident on every GPU through denoise and decode",
-             "freed": "freed after encoding (reloaded for every video)",
-             "cpu": "on the CPU", "own-gpu": "on a GPU of its own (+1 GPU)"}[te["place"]]
-    if te["bytes_per_gpu"] is None:
-        lines = [f"Text encoder: {NOT_COUNTED}."]
-    else:
-        lines = [f"Text encoder {where}: {te['bytes_per_gpu'] / 1e9:.1f} GB per GPU while "
-                 f"encoding, {te['bytes_through_denoise'] / 1e9:.1f} GB through the denoise; "
-                 f"{te['seconds']:.3g} s per video ({te['source']})."]
-    if c["vae_decode_seconds"] is None or c["vae_decode_working_bytes"] is None:
-        secs, work = c["vae_decode_seconds"], c["vae_decode_working_bytes"]
-        lines.append("VAE decode: " + ("time " + (NOT_COUNTED if secs is None else
-                                                  f"{secs:.3g} s") + ", working set "
-                                       + (NOT_COUNTED if work is None else f"{work / 1e9:.1f} GB"))
-                     + ".")
-    elif split:
-        lines.append(f"VAE decode split over {split['ranks']} GPUs: {c['vae_decode_seconds']:.3g}"
-                     f" s ({split['compute_seconds']:.3g} s of decode, {split['link_seconds']:.3g}"
-                     f" s on {split['link']} for {split['halo_bytes'] / 1e9:.2f} GB of halo "
-                     f"rows and {(split['gather_bytes'] + split['pixel_bytes']) / 1e9:.2f} GB "
-                     f"gathered), working set {c['vae_decode_working_bytes'] / 1e9:.1f} GB per "
-                     "GPU.")
-    else:
-        lines.append(f"VAE decode whole on one GPU: {c['vae_decode_seconds']:.3g} s, working set "
-                     f"{c['vae_decode_working_bytes'] / 1e9:.1f} GB.")
-    lines.append(f"Serial part (no GPU count shortens it): {c['serial_seconds']:.3g} s.")
-    return lines
-
-
-def _grid_lines(m, tok, best: dict) -> list[str]:
-    """When the CP axis is long (4+ ranks): ring or Attention2D, which won and why. The ring's
-    bytes per rank stay ~2x the sequence's K/V whatever R; the grid's fall as 1/sqrt(R), but
-    the grid cannot hide them behind compute, so it wins where few heads are left for Ulysses
-    (a long CP axis) and that axis sits in one NVLink domain."""
-    from cpcourse.planner.costs import tiling_bytes_per_rank
-
-    lay = Layout(**best["layout"])
-    if lay.ring < 4:
-        return []
-    heads, d = m.heads // (lay.ulysses * lay.tp), m.hidden // m.heads
-    ring_b = tiling_bytes_per_rank("ring", tok.sequence_length, heads, d, lay.ring)
-    rows = int(lay.ring ** 0.5)
-    while lay.ring % rows:
-        rows -= 1
-    grid = lay.grid or (lay.ring // rows, rows)
-    grid_b = tiling_bytes_per_rank("attn2d", tok.sequence_length, heads, d, lay.ring, grid)
-    cap = f"Ulysses stops at {lay.ulysses} of {m.heads} heads"
-    if lay.grid:
-        return [f"Attention2D on the CP axis: {cap} (the rest of the GPUs must split the "
-                f"sequence), and its {lay.ring} ranks share {best['links']['attn2d']}, where "
-                f"the {lay.attn2d} grid sends {grid_b / 1e9:.2f} GB per rank per layer against "
-                f"the ring's {ring_b / 1e9:.2f} GB (a ring's bytes do not shrink with its "
-                "length; a grid's fall as 1/sqrt(R))."]
-    return [f"A ring of {lay.ring}: {cap}; its hops hide behind the attention they carry "
-            f"({best['breakdown']['per_forward_seconds']['ring_exposed']:.3g} s exposed per "
-            f"forward), which Attention2D's collectives cannot (no engine overlaps them yet), "
-            f"though a {grid[0]}x{grid[1]} grid would send {grid_b / 1e9:.2f} GB per rank per "
-            f"layer, not {ring_b / 1e9:.2f}. Where the hops stop hiding (short blocks, per-hop "
-            "costs this model leaves out), the grid wins inside one NVLink domain."]

@@ -81,12 +81,13 @@ PREDICTORS = {
 }
 
 
-def predicted_bytes(kind: str, method: str, b, h, t, s, d, world, rank, elem_bytes=4) -> int:
-    """Bytes rank `rank` sends for one call of `kind` ("temporal", "full", "gather") by `method`."""
+def predicted_bytes(kind: str, method: str, shape, world, rank, elem_bytes=4) -> int:
+    """Bytes rank `rank` sends for one call of `kind` ("temporal", "full", "gather") by `method`
+    on q, k, v of `shape` (b, h, t, s, d): `[B, H, T, S, D]`, T frames of S tokens each."""
     fn = PREDICTORS.get((kind, method))
     require(fn is not None, f"no cost model for {kind!r} by {method!r}: use one of "
             f"{sorted(PREDICTORS)}")
-    return fn(b, h, t, s, d, world, rank, elem_bytes)
+    return fn(*shape, world, rank, elem_bytes)
 
 
 def video_bytes_table(b, h, t, s, d, world, elem_bytes=4) -> list[dict]:

@@ -126,7 +126,7 @@ def rank(req: StreamRequest) -> dict:
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.model import load_weights
     from cpcourse.tinydit.sampling import initial_noise
-    from cpcourse.tinydit.streaming import stream_sample
+    from cpcourse.tinydit.streaming import StreamRank, stream_sample
 
     rank_, world = dist.get_rank(), dist.get_world_size()
     dtype = torch_dtype(req.dtype)
@@ -139,7 +139,7 @@ def rank(req: StreamRequest) -> dict:
         return caches[-1]
 
     pieces, peak = peak_memory(stream_sample, model, noise, req.label, req.chunk, new_cache,
-                               req.steps, req.cfg_scale, rank_, world, sent)
+                               req.steps, req.cfg_scale, StreamRank(rank_, world, sent))
     return {"rank": rank_, "pieces": pieces, "bytes_per_chunk": sent, "peak_bytes": peak,
             "cache_bytes": sum(c.cache_bytes for c in caches)}
 

@@ -20,6 +20,8 @@ the guided pair is a batch of 2B: conditional and unconditional context differ.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 
 from cpcourse.attention import attention_with_lse
@@ -86,13 +88,24 @@ def chunk_shard(tokens: torch.Tensor, first_frame: int, grid, rank: int, world: 
     return tokens.reshape(b, c * s, f).tensor_split(world, dim=1)[rank][:, None], pos[None]
 
 
+@dataclass(frozen=True)
+class StreamRank:
+    """Which rank of how many streams (`stream_sample` keeps this rank's tokens of each chunk),
+    and `bytes_per_chunk`, a list that receives what this rank sent for each chunk."""
+
+    rank: int = 0
+    world: int = 1
+    bytes_per_chunk: list | None = field(default=None, compare=False)
+
+
 @torch.no_grad()
 def stream_sample(model: TinyVideoDiT, noise: torch.Tensor, label, chunk: int, new_cache,
-                  steps: int = SAMPLE_STEPS, cfg_scale: float = 4.0, rank: int = 0,
-                  world: int = 1, bytes_per_chunk: list | None = None) -> list[torch.Tensor]:
+                  steps: int = SAMPLE_STEPS, cfg_scale: float = 4.0,
+                  where: StreamRank = StreamRank()) -> list[torch.Tensor]:
     """Stream a clip from the whole video's noise `[B, C, T, Hl, Wl]`: this rank's tokens of
     each chunk, denoised, `[B, 1, n_r, F]` per chunk. `new_cache()` makes one layer's cache;
-    `bytes_per_chunk`, when given, receives what this rank sent for each chunk."""
+    `where`: this rank, the world size and the list that receives its bytes per chunk."""
+    rank, world, bytes_per_chunk = where.rank, where.world, where.bytes_per_chunk
     cfg = model.cfg
     b, _, frames, hl, wl = noise.shape
     require(frames % chunk == 0, f"chunk {chunk} must divide the {frames} frames")

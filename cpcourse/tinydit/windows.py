@@ -23,6 +23,7 @@ all-reduce per step; "cp" runs every window on all ranks under CP (its frames sp
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -130,6 +131,24 @@ def _guided(model, x, y, t: float, cfg_scale: float, ctx: CPContext) -> torch.Te
     return unpatchify(uncond + cfg_scale * (cond - uncond), x.shape[1], cfg.patch, ctx.grid)
 
 
+@dataclass(frozen=True)
+class WindowPlan:
+    """What one rank does in every step of `sample_windows`: the windows' first frames
+    (`starts`), the ones it predicts (`mine`), the blend `weights` `[n_windows, T]`, the window
+    length, where its frames start inside a window (`frame_offset`) and how many it holds
+    (`frames_held`), the mode (`parallel`: windows or cp) and its process group and world size."""
+
+    starts: list[int]
+    mine: list[int]
+    weights: torch.Tensor
+    window: int
+    frame_offset: int
+    frames_held: int
+    parallel: str
+    group: object
+    world: int
+
+
 @torch.no_grad()
 def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale: float = 4.0,
                    window: int = 8, stride: int = 4, blend: str = "pyramid", group=None,
@@ -170,14 +189,13 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     times = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
     x = noise.clone()
     record = stats if stats is not None else {}
+    plan = WindowPlan(starts, mine, weights, window, f_off, w_sizes[w_rank], parallel, group, world)
     record.update(windows=len(starts), starts=starts, my_windows=mine, step_seconds=[],
                   bytes_per_step=0, bytes_by_op={}, window_peak_bytes=0)
     for i in range(steps):
         t0, t = time.perf_counter(), float(times[i])
         with count_bytes() as sent:  # cheap: a wrapper around each collective call
-            x0 = _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights,
-                       window, f_off, w_sizes[w_rank], parallel,
-                       record if measure and i == 0 else None)
+            x0 = _step(model, x, y, t, cfg_scale, ctx, plan, record if measure and i == 0 else None)
         if i == 0:
             record.update(bytes_per_step=sent.total, bytes_by_op=dict(sent.by_op))
         # x <- x + dt * v in place, v = (x - x0) / t for an x0-predicting model: the video is
@@ -190,10 +208,12 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     return x
 
 
-def _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights, window, f_off,
-          n_mine, parallel, record) -> torch.Tensor:
+def _step(model, x, y, t, cfg_scale, ctx, plan: WindowPlan, record) -> torch.Tensor:
     """One step's blended prediction over the whole video (summed over ranks)."""
     from cpcourse.support.peak_memory import peak_memory
+
+    starts, mine, weights, window = plan.starts, plan.mine, plan.weights, plan.window
+    f_off, n_mine, group = plan.frame_offset, plan.frames_held, plan.group
 
     x0 = torch.zeros_like(x)
     for k in mine:
@@ -207,7 +227,7 @@ def _step(model, x, y, t, cfg_scale, ctx, group, world, starts, mine, weights, w
         if ctx.group is not None:  # every rank needs the whole window's prediction
             pred = gather_frames(pred, group)
         x0[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * pred
-    if parallel == "windows" and world > 1:
+    if plan.parallel == "windows" and plan.world > 1:
         with tracked("all_reduce (window predictions)", group=group):
             dist.all_reduce(x0, group=group)
     return x0

@@ -26,6 +26,7 @@ from cpcourse.viz import fmt
 from cpcourse.viz.tokens import (
     CP_DEGREES,
     VAE,
+    Growth,
     draw_cp_memory,
     draw_growth,
     gpu_memory,
@@ -175,9 +176,9 @@ def figure(r: dict, max_seconds: float = 20) -> Figure:
     ax_t, ax_c = fig.subplots(1, 2)
     vaes = [replace(seed_vaes()[0], label="the article's recipe (8x space, no time compression)"),
             replace(r["_vae"], label="this video's recipe")]
-    draw_growth(ax_t, None, r["height"], r["width"], r["fps"], vaes,
-                max_seconds=max(max_seconds, r["seconds"]), mark_seconds=r["seconds"],
-                text_tokens=r["text_tokens"], styles=(":", "-"))
+    clip = Growth(r["height"], r["width"], r["fps"], max_seconds=max(max_seconds, r["seconds"]),
+                  mark_seconds=r["seconds"], text_tokens=r["text_tokens"])
+    draw_growth(ax_t, None, clip, vaes, styles=(":", "-"))
     ax_t.set_title("Tokens vs clip length", fontsize=10)
     ax_t.legend(fontsize=8, loc="upper left")
     draw_cp_memory(ax_c, get_model(r["model"]), r["sequence_length"],

@@ -17,16 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, NullLocator
+from matplotlib.ticker import FuncFormatter
 
-from cpcourse.planner.costs import memory, planned_shard_sizes
+from cpcourse.planner.costs import planned_shard_sizes
 from cpcourse.planner.facts import facts
-from cpcourse.planner.hardware import get_gpu, gpus
 from cpcourse.planner.tokens import (
     FrameRule,
     ModelPreset,
     frames_for_clip,
-    get_model,
     hunyuan_split_axis,
     model_tokens,
     presets,
@@ -34,8 +32,14 @@ from cpcourse.planner.tokens import (
 )
 from cpcourse.support.dtypes import nbytes
 from cpcourse.viz import fmt
-
-CP_DEGREES = (1, 2, 4, 8, 16, 32)
+from cpcourse.viz.cp_memory import (  # noqa: F401 (re-exported: notebook 00 reads them here)
+    CP_DEGREES,
+    cp_memory_figure,
+    draw_cp_memory,
+    gb_axis,
+    gpu_memory,
+    hbm_lines,
+)
 
 
 @dataclass(frozen=True)
@@ -77,29 +81,6 @@ def model_vae(m: ModelPreset) -> VAE:
 def snap_to_grid(size: int, px: int) -> int:
     """The multiple of `px` nearest to `size` (at least `px`): 720 at 32 px -> 704."""
     return max(px, round(size / px) * px)
-
-
-def gpu_memory(m: ModelPreset, tokens: int, cp: int, *, dtype: str = "bf16",
-               cfg_batch: int = 1) -> dict:
-    """Bytes one GPU holds while one layer of `m` runs on `tokens` tokens split over `cp` ranks.
-
-    fused: weights (replicated: CP never divides them) + that layer's activations for the local
-    shard + the ring's K/V buffers, as with FlashAttention-style kernels that never store scores.
-    materialised: fused plus the score matrix of every head, local queries x all keys, which is
-    what naive attention would store.
-    """
-    mem = memory(tokens, m.hidden, m.heads, dtype=dtype, cp=cp, ffn=m.ffn, layers=m.layers,
-                 params_b=m.params_b, cfg_batch=cfg_batch)
-    scores = mem["tokens_per_rank"] * tokens * m.heads * nbytes(dtype) * cfg_batch
-    return {
-        "cp": cp, "tokens_per_rank": mem["tokens_per_rank"],
-        "weights": mem["weights_bytes"],
-        "activations": mem["activation_bytes_per_layer_per_rank"],
-        "ring_kv": mem["ring_kv_buffer_bytes_per_rank"] if cp > 1 else 0,
-        "scores": scores,
-        "fused": mem["per_gpu_bytes"] - (0 if cp > 1 else mem["ring_kv_buffer_bytes_per_rank"]),
-        "materialised": mem["per_gpu_bytes"] + scores,
-    }
 
 
 def short_parallel(text: str, axis: str | None = None) -> str:
@@ -164,45 +145,27 @@ def model_rows(dtype: str = "bf16") -> list[dict]:
     return rows
 
 
-def _gb_axis(ax) -> None:
-    """Log axis in GB with ticks at 1, 2, 5 x 10^k, so even a short range is labelled."""
-    ax.set_yscale("log")
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-    ax.yaxis.set_major_formatter(FuncFormatter(
-        lambda v, _: f"{v / 1e9:,.0f} GB" if v >= 1e9 else f"{v / 1e9:g} GB"))
-    ax.yaxis.set_minor_formatter(NullFormatter())
+@dataclass(frozen=True)
+class Growth:
+    """The clip `draw_growth` grows: its size and frame rate, the lengths drawn (0.5 s steps up
+    to `max_seconds`, a dot at `mark_seconds`), the score matrix's dtype and the text tokens
+    that join the sequence."""
+
+    height: int
+    width: int
+    fps: float
+    max_seconds: float = 20
+    mark_seconds: float | None = None
+    dtype: str = "bf16"
+    text_tokens: int = 0
 
 
-def _hbm_lines(ax, highlight: str | None = None) -> None:
-    """Dotted lines at each distinct HBM size of the GPUs in the hardware table, labelled on
-    the left (far from curves that grow or fall): the top label above its line, the others
-    under theirs, so that labels of close sizes (141 and 180 GB) never overlap; a label under its
-    line that sits close above the previous one (96 over 80 GB) moves right, out of its way."""
-    sizes: dict[int, list[str]] = {}
-    for g in gpus().values():
-        sizes.setdefault(g.hbm_bytes, []).append(g.id.split("-")[0].upper())
-    ordered = sorted(sizes.items())
-    x_prev = None
-    for i, (size, names) in enumerate(ordered):
-        hot = highlight is not None and get_gpu(highlight).id.split("-")[0].upper() in names
-        color = "crimson" if hot else "0.35"
-        ax.axhline(size, color=color, lw=1.6 if hot else 1, ls=":")
-        top = i == len(ordered) - 1
-        close = i > 0 and size < 1.35 * ordered[i - 1][0]
-        x = 0.5 if close and not top and x_prev == 0.01 else 0.01
-        x_prev = x
-        ax.annotate(f"{size / 1e9:g} GB: {', '.join(names)}", (x, size), ha="left",
-                    va="bottom" if top else "top", fontsize=8, color=color,
-                    xycoords=("axes fraction", "data"),
-                    bbox={"fc": "white", "ec": "none", "alpha": 0.8, "pad": 0.3})
-
-
-def draw_growth(ax_t, ax_m, height: int, width: int, fps: float, vaes: Sequence[VAE], *,
-                max_seconds: float = 20, mark_seconds: float | None = None,
-                dtype: str = "bf16", text_tokens: int = 0, styles: Sequence[str] = ()) -> None:
+def draw_growth(ax_t, ax_m, clip: Growth, vaes: Sequence[VAE],
+                styles: Sequence[str] = ()) -> None:
     """Tokens (on `ax_t`) and one head's score matrix (on `ax_m`, if given) vs clip length."""
-    b = nbytes(dtype)
-    secs = [0.5 * i for i in range(1, int(max_seconds * 2) + 1)]
+    height, width, fps, mark_seconds = clip.height, clip.width, clip.fps, clip.mark_seconds
+    b, dtype, text_tokens = nbytes(clip.dtype), clip.dtype, clip.text_tokens
+    secs = [0.5 * i for i in range(1, int(clip.max_seconds * 2) + 1)]
     for i, v in enumerate(vaes):
         h, w = snap_to_grid(height, v.px_per_token), snap_to_grid(width, v.px_per_token)
         n = [v.tokens(h, w, frames_for_clip(fps, s, v.rule)).video_tokens + text_tokens
@@ -226,8 +189,8 @@ def draw_growth(ax_t, ax_m, height: int, width: int, fps: float, vaes: Sequence[
             ax.set_xlabel(f"clip length (s) at {fps:g} fps, {height}x{width}")
             ax.grid(True, which="major", alpha=0.3)
     if ax_m is not None:
-        _gb_axis(ax_m)
-        _hbm_lines(ax_m)
+        gb_axis(ax_m)
+        hbm_lines(ax_m)
         ax_m.set_ylabel(f"one head's score matrix, {dtype}")
 
 
@@ -237,54 +200,11 @@ def growth_figure(height: int = 720, width: int = 1280, fps: float = 24, *,
     """Left: tokens vs clip length; right: one head's attention matrix (if stored) vs length."""
     fig = Figure(figsize=(11, 4), layout="constrained")
     ax_t, ax_m = fig.subplots(1, 2)
-    draw_growth(ax_t, ax_m, height, width, fps, list(vaes or seed_vaes()),
-                max_seconds=max_seconds, mark_seconds=mark_seconds, dtype=dtype)
+    draw_growth(ax_t, ax_m, Growth(height, width, fps, max_seconds, mark_seconds, dtype),
+                list(vaes or seed_vaes()))
     ax_t.set_title("Tokens grow linearly with the clip")
     ax_m.set_title("One head's attention matrix grows with the square")
     ax_t.legend(fontsize=8, loc="upper left")
-    return fig
-
-
-def draw_cp_memory(ax, m: ModelPreset, tokens: int, *, cp_degrees: Sequence[int] = CP_DEGREES,
-                   dtype: str = "bf16", cfg_batch: int = 1, highlight_gpu: str | None = None,
-                   mark_cp: int | None = None) -> list[dict]:
-    """Bytes per GPU vs CP degree for one layer of `m`, against each GPU's HBM; returns rows."""
-    cps = [p for p in cp_degrees if p <= tokens]
-    rows = [gpu_memory(m, tokens, p, dtype=dtype, cfg_batch=cfg_batch) for p in cps]
-    ax.plot(cps, [r["materialised"] for r in rows], "s-", color="C3",
-            label="naive attention (every head's scores stored)")
-    ax.plot(cps, [r["fused"] for r in rows], "o-", color="C0",
-            label="fused attention (weights + one layer's activations)")
-    ax.plot(cps, [r["weights"] for r in rows], "--", color="0.5",
-            label="weights alone (CP does not split them)")
-    if mark_cp in cps:
-        r = rows[cps.index(mark_cp)]
-        ax.plot([mark_cp] * 2, [r["fused"], r["materialised"]], "o", ms=13, mfc="none",
-                color="k")
-    _hbm_lines(ax, highlight_gpu)
-    low = min(r["weights"] for r in rows)
-    ax.set_ylim(bottom=low / 1.6)  # room for a labelled tick under the weights floor
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(cps, [str(p) for p in cps])
-    ax.xaxis.set_minor_locator(NullLocator())
-    _gb_axis(ax)
-    ax.set_xlabel("CP degree (GPUs sharing the sequence)")
-    ax.set_ylabel(f"bytes per GPU, {dtype}")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=8, loc="best")
-    return rows
-
-
-def cp_memory_figure(model_id: str, tokens: int, *, cp_degrees: Sequence[int] = CP_DEGREES,
-                     dtype: str = "bf16", cfg_batch: int = 1, highlight_gpu: str | None = None,
-                     mark_cp: int | None = None, title: str | None = None) -> Figure:
-    """Bytes per GPU vs CP degree for one layer of a preset, against each GPU's HBM."""
-    m = get_model(model_id)
-    fig = Figure(figsize=(7.5, 4), layout="constrained")
-    ax = fig.subplots()
-    draw_cp_memory(ax, m, tokens, cp_degrees=cp_degrees, dtype=dtype, cfg_batch=cfg_batch,
-                   highlight_gpu=highlight_gpu, mark_cp=mark_cp)
-    ax.set_title(title or f"{m.name}: {fmt.count(tokens)} tokens, per GPU", fontsize=10)
     return fig
 
 

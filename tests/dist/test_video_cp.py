@@ -51,7 +51,7 @@ def video_cases(cases):
             rows.append({"case": name, "kind": kind, "method": method,
                          "err": float((out.double() - want).abs().max()) if out.numel() else 0.0,
                          "shape_ok": out.shape == want.shape, "bytes": sent.total,
-                         "predicted": video_costs.predicted_bytes(kind, method, b, h, t, s, d,
+                         "predicted": video_costs.predicted_bytes(kind, method, (b, h, t, s, d),
                                                                   world, rank)})
         # spatial attention needs no communication at all
         with count_bytes() as sent:
@@ -66,7 +66,7 @@ def video_cases(cases):
         rows.append({"case": name, "kind": "gather", "method": "all_gather",
                      "err": float((whole.double() - q).abs().max()), "shape_ok": True,
                      "bytes": sent.total, "predicted": video_costs.predicted_bytes(
-                         "gather", "all_gather", b, h, t, s, d, world, rank)})
+                         "gather", "all_gather", (b, h, t, s, d), world, rank)})
         if s % 3 == 0:
             roped = rope_3d(video.frame_shard(q, rank, world), 3, s // 3,
                             frame_offset=video.frame_offset(t, rank, world))

@@ -18,7 +18,7 @@ from cpcourse.support.modes import ALWAYS, refuse_inactive
 
 def _plan_parser() -> argparse.ArgumentParser:
     p = ArgumentParser(prog="cpcourse plan")
-    calc._add_plan_args(p)
+    calc.add_plan_args(p)
     return p
 
 

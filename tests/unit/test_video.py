@@ -126,7 +126,7 @@ def test_all_to_all_moves_far_less_than_the_ring():
             for r in video_costs.video_bytes_table(1, 16, 30, 3600, 72, 8)}
     assert rows["all_to_all/temporal"]["total_bytes"] * 1.5 < rows["ring/temporal"]["total_bytes"]
     with pytest.raises(InputError, match="no cost model"):
-        video_costs.predicted_bytes("spatial", "ring", 1, 1, 1, 1, 1, 1, 0)
+        video_costs.predicted_bytes("spatial", "ring", (1, 1, 1, 1, 1), 1, 0)
 
 
 def test_mixed_dtypes_are_refused_like_the_ring_does():
