@@ -54,17 +54,18 @@ def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
 
 def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor]:
     from cpcourse.support.dtypes import torch_dtype
-    from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
+    from cpcourse.tinydit.sampling import as_sampling, initial_noise, sample, spec_model
 
+    run = as_sampling(spec)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
         model = spec_model(spec)
-        noise = initial_noise(tuple(spec["shape"]), spec["seed"], torch_dtype(spec["dtype"]))
+        noise = initial_noise(run.shape, run.seed, torch_dtype(run.dtype))
         best, out = None, None
         for _ in range(repeats):
             t0 = time.perf_counter()
-            out = sample(model, noise, spec["label"], spec["steps"], spec["cfg_scale"])
+            out = sample(model, noise, run.cond, run.steps, run.cfg_scale)
             best = min(best or 1e9, time.perf_counter() - t0)
     finally:
         torch.set_num_threads(before)
