@@ -263,6 +263,16 @@ def _wait_for(mark, count, seconds=180.0):
         time.sleep(0.2)
 
 
+def _reply_to(kc, msg_id: str) -> dict:
+    """The shell reply to request `msg_id`: a late kernel_info_reply from the kernel's start
+    can come first on the shell channel."""
+    deadline = time.monotonic() + 60
+    while True:
+        msg = kc.get_shell_msg(timeout=max(1.0, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg["content"]
+
+
 def test_a_kernel_interrupt_ends_every_rank(mark, tmp_path):
     """launch() in a Jupyter kernel (a notebook cell) and the user presses interrupt: the cell
     ends with KeyboardInterrupt, torchrun and both ranks are gone, the kernel lives on."""
@@ -272,21 +282,21 @@ def test_a_kernel_interrupt_ends_every_rank(mark, tmp_path):
         startup_timeout=120, kernel_name="python3",
         env={**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": root})
     try:
-        kc.execute(f"from cpcourse.launch import launch\n"
-                   f"launch({__file__!r} + ':sleep_forever', 2, timeout=300, "
-                   f"env={{'M': {mark!r}}})")
+        cell = kc.execute(f"from cpcourse.launch import launch\n"
+                          f"launch({__file__!r} + ':sleep_forever', 2, timeout=300, "
+                          f"env={{'M': {mark!r}}})")
         _wait_for(mark, 3)          # torchrun and its two workers (and maybe the fork server)
         time.sleep(1.0)
         km.interrupt_kernel()
-        reply = kc.get_shell_msg(timeout=60)["content"]
+        reply = _reply_to(kc, cell)
         assert reply["status"] == "error" and reply["ename"] == "KeyboardInterrupt", reply
         deadline = time.monotonic() + 10
         while marked(mark) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not marked(mark), f"ranks outlived the interrupt: {marked(mark)}"
         assert list(tmp_path.glob("cpcourse-launch-*")) == []
-        kc.execute("1 + 1")  # the kernel itself survived the interrupt
-        assert kc.get_shell_msg(timeout=60)["content"]["status"] == "ok"
+        after = kc.execute("1 + 1")  # the kernel itself survived the interrupt
+        assert _reply_to(kc, after)["status"] == "ok"
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
