@@ -1,12 +1,12 @@
 # Yours to edit. Generated from solutions/ex16_sparse.py by tools/make_exercises.py
-# stub-sha256: 0fd6bdb26ccf19ef (how the generator tells your edits from its output)
+# stub-sha256: e811c9d0862d86c2 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 16, sparse attention and FP8 under CP: dealing heads to ranks by their
 work, and a bug hunt in an FP8 all-to-all whose scale was calibrated on one rank only.
 
     python -m pytest tests/graded --ex 16.1 --impl exercises
 
-The library's versions are `cpcourse.sparse_cp.greedy_assign` and `cpcourse.fp8_comm`. Check
+The library's versions are `cpcourse.sparse.cp.greedy_assign` and `cpcourse.fp8_comm`. Check
 yours in the notebook with `cpcourse.check("16.1")`.
 """
 

@@ -1,12 +1,12 @@
 # Yours to edit. Generated from solutions/ex17_training.py by tools/make_exercises.py
-# stub-sha256: f242edb4cf40427f (how the generator tells your edits from its output)
+# stub-sha256: f6509244b04f9983 (how the generator tells your edits from its output)
 # ruff: noqa: F401, F841, E501
 """Exercises of notebook 17, training under CP: the attention backward of one key block from the
 saved lse, and a bug hunt in a ring's backward.
 
     python -m pytest tests/graded --ex 17.1 --impl exercises
 
-The library's versions are `cpcourse.attention_backward.attention_backward_from_lse` and the
+The library's versions are `cpcourse.attention.backward.attention_backward_from_lse` and the
 backward of `cpcourse.ring.RingAttention`. Check yours in the notebook with
 `cpcourse.check("17.1")`.
 """
@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.attention_backward import attention_backward_from_lse, row_delta
+from cpcourse.attention.backward import attention_backward_from_lse, row_delta
 
 
 def block_backward(q, k, v, dout, lse, delta, scale):

@@ -3,7 +3,7 @@ work, and a bug hunt in an FP8 all-to-all whose scale was calibrated on one rank
 
     python -m pytest tests/graded --ex 16.1 --impl exercises
 
-The library's versions are `cpcourse.sparse_cp.greedy_assign` and `cpcourse.fp8_comm`. Check
+The library's versions are `cpcourse.sparse.cp.greedy_assign` and `cpcourse.fp8_comm`. Check
 yours in the notebook with `cpcourse.check("16.1")`.
 """
 

@@ -3,7 +3,7 @@ saved lse, and a bug hunt in a ring's backward.
 
     python -m pytest tests/graded --ex 17.1 --impl exercises
 
-The library's versions are `cpcourse.attention_backward.attention_backward_from_lse` and the
+The library's versions are `cpcourse.attention.backward.attention_backward_from_lse` and the
 backward of `cpcourse.ring.RingAttention`. Check yours in the notebook with
 `cpcourse.check("17.1")`.
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.attention_backward import attention_backward_from_lse, row_delta
+from cpcourse.attention.backward import attention_backward_from_lse, row_delta
 
 
 def block_backward(q, k, v, dout, lse, delta, scale):

@@ -23,7 +23,7 @@ KEYS = ("method", "mask", "balance", "comm_dtype", "max_abs_err", "tolerance",
 
 def requests(nproc: int, seed: int, size: tuple[int, int, int]) -> list:
     from cpcourse.runs.sparse import MASKS, METHODS, SparseRequest
-    from cpcourse.sparse_cp import BALANCES
+    from cpcourse.sparse.cp import BALANCES
 
     grid = dict(frames=size[0], height=size[1], width=size[2], seed=seed, nproc=nproc)
     rows = [SparseRequest(method=m, mask=mk, balance=b, **grid)

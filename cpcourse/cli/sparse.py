@@ -5,7 +5,7 @@
 Seeded q, k, v over a --frames x --height x --width token grid, a block mask (tile: a sliding
 3-D window; radial: reach halving with temporal distance; topk: per-head top-k of pooled
 scores, heads of different density), run by Ulysses (heads local) or the skipping ring, with
-the work dealt as is or greedily (`cpcourse.sparse_cp`). `--comm-dtype` sends K/V (and q, out
+the work dealt as is or greedily (`cpcourse.sparse.cp`). `--comm-dtype` sends K/V (and q, out
 for Ulysses) as bf16 or fp8. JSON keys: work_per_rank, imbalance, imbalance_unbalanced,
 bytes_per_rank, dense_bytes_per_rank, skipped_fraction, density, seconds, tokens_per_rank, and
 with --compare max_abs_err, tolerance, within_tolerance, exact, mask_matches_one_process.

@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 
 from cpcourse.attention import accumulator_dtype, attention_with_lse
-from cpcourse.attention_backward import attention_backward_from_lse, row_delta
+from cpcourse.attention.backward import attention_backward_from_lse, row_delta
 from cpcourse.ring.backward import allgather_backward, ring_backward
 from cpcourse.ring.comm import RingCall, RingComm, gather_kv
 from cpcourse.ring.recorder import NO_RECORDER, NoRecorder, recorder
@@ -197,7 +197,7 @@ def _forward(q, k, v, call: RingCall):
 class RingAttention(torch.autograd.Function):
     """`ring_attention` with a backward. The forward saves q, k, v (this rank's shards, alive
     anyway), out and lse `[B, H, Lq_r]`: O(L/P) per rank, never a score matrix. The backward
-    recomputes each block's probabilities from that lse (`cpcourse.attention_backward`)."""
+    recomputes each block's probabilities from that lse (`cpcourse.attention.backward`)."""
 
     @staticmethod
     def forward(ctx, q, k, v, call):

@@ -4,7 +4,7 @@
 
 Called by `cpcourse.ring.RingAttention.backward`; `saved` is the forward's (q, k, v, out, lse):
 q and out `[B, H, Lq_r, D]`, k and v `[B, H, Lk_r, D]`, lse `[B, H, Lq_r]`. Each block's
-probabilities are recomputed from that lse (`cpcourse.attention_backward`), never stored.
+probabilities are recomputed from that lse (`cpcourse.attention.backward`), never stored.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 from cpcourse.attention import accumulator_dtype
-from cpcourse.attention_backward import attention_backward_from_lse, row_delta
+from cpcourse.attention.backward import attention_backward_from_lse, row_delta
 from cpcourse.ring.comm import RingCall, RingComm, gather_kv
 from cpcourse.support.groups import tracked
 

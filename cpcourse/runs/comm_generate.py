@@ -3,7 +3,7 @@ fp8: `cpcourse generate --comm-dtype`.
 
     cpcourse generate --prompt circle-right --nproc 2 --comm-dtype fp8 --compare --json
 
-Every full-attention layer runs Ulysses (`cpcourse.sparse_cp.ulysses_sparse` with every block
+Every full-attention layer runs Ulysses (`cpcourse.sparse.cp.ulysses_sparse` with every block
 kept): q, k, v go out and the output comes back through a codec (`cpcourse.fp8_comm`):
 "fp8" scales per token and head, "fp8-tensor" calibrates one scale per layer on the first step
 (the largest |q|, |k|, |v| on any rank) and keeps it. The report adds `comm_bytes` (every
@@ -21,7 +21,7 @@ import torch
 from cpcourse.fp8_comm import COMM_DTYPES, Codec, calibrated_scale
 from cpcourse.launch import launch
 from cpcourse.sparse import BlockMask
-from cpcourse.sparse_cp import ulysses_sparse
+from cpcourse.sparse.cp import ulysses_sparse
 from cpcourse.support.errors import positive_float, require
 from cpcourse.support.request import check_common, flag
 

@@ -29,7 +29,7 @@ from cpcourse.sparse import (
     topk_from_pooled,
     topk_mask,
 )
-from cpcourse.sparse_cp import (
+from cpcourse.sparse.cp import (
     BALANCES,
     heads_of_ranks,
     imbalance,

@@ -13,7 +13,7 @@ import torch
 from matplotlib.figure import Figure
 
 from cpcourse.sparse import BlockMask, tile_of_token
-from cpcourse.sparse_cp import imbalance, predicted_work
+from cpcourse.sparse.cp import imbalance, predicted_work
 
 
 def rank_blocks(bm: BlockMask, method: str, assignment, title: str = "") -> Figure:

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from cpcourse import attention as A
-from cpcourse import triton_attention as T
+from cpcourse.attention import triton_kernel as T
 
 # the gpu mark and the CUDA skip come from tests/gpu/conftest.py; Triton is this file's own need
 pytestmark = pytest.mark.skipif(T.why_not() is not None, reason=str(T.why_not()))

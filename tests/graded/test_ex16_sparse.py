@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from cpcourse.course.testing import assert_close
 from cpcourse.fp8_comm import Codec, calibrated_scale, roundtrip
-from cpcourse.sparse_cp import contiguous, greedy_assign, imbalance
+from cpcourse.sparse.cp import contiguous, greedy_assign, imbalance
 
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=40)
 

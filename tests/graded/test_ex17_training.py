@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.attention_backward import row_delta
+from cpcourse.attention.backward import row_delta
 from cpcourse.course.testing import assert_close
 
 FIXTURE_OK = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=30)

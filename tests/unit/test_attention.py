@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse import attention as A
-from cpcourse.attention_kernels import FUSED
+from cpcourse.attention.kernels import FUSED
 from cpcourse.support.errors import InputError
 
 CPU_BACKENDS = ("cpu-flash", "torch")

@@ -1,4 +1,4 @@
-"""cpcourse.attention_backward: the blockwise backward from the saved lse against autograd.
+"""cpcourse.attention.backward: the blockwise backward from the saved lse against autograd.
 
     python -m pytest tests/unit/test_attention_backward.py -q
 """
@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cpcourse.attention import attention_with_lse
-from cpcourse.attention_backward import (
+from cpcourse.attention.backward import (
     attention_backward_from_lse,
     blockwise_attention_backward,
     row_delta,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from cpcourse import triton_attention
+from cpcourse.attention import triton_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:  # tools/ is the checkout's, not the package's
@@ -72,7 +72,7 @@ def test_attention_part_covers_the_released_shapes_beside_the_planner(dry):
     a = dry["attention"]
     assert [s["model"] for s in a["shapes"]] == [s[1] for s in gpu_attention.REAL_SHAPES]
     assert "FlashAttention-2" in a["flash_attn_wheels"] and "64 MiB" in a["flash_attn_wheels"]
-    assert a["triton"] == (triton_attention.why_not() or "compiled and timed")
+    assert a["triton"] == (triton_kernel.why_not() or "compiled and timed")
     for s in a["shapes"]:
         assert {r["kernel"] for r in s["rows"]} >= {"cpu-flash", "torch", "sdpa-math"}
         assert all(r["seconds"] > 0 for r in s["rows"]), s["rows"]
@@ -177,13 +177,13 @@ def test_gpu_ids_from_device_names():
 
 def test_importing_the_triton_kernel_never_needs_triton():
     """Where Triton or CUDA is missing the kernel says why and refuses, in one line."""
-    reason = triton_attention.why_not()
+    reason = triton_kernel.why_not()
     if reason is None:
         pytest.skip("Triton and CUDA are here: tests/gpu/test_triton_attention.py runs it")
     assert reason.startswith("triton: ")
     q = torch.randn(1, 1, 4, 16)
     with pytest.raises(gpu.InputError, match="cannot run here"):
-        triton_attention.attention_with_lse_triton(q, q, q)
+        triton_kernel.attention_with_lse_triton(q, q, q)
 
 
 def test_a_part_that_breaks_is_recorded_and_the_run_goes_on(tmp_path, monkeypatch):

@@ -4,7 +4,8 @@
 
 Ranks, lowest first (book/layout.md): `support` < the concept modules at the top of `cpcourse/`,
 in the order the course builds them (online softmax < attention < the sim, the ring, Ulysses and
-tensor parallelism < the mesh < video and the block-causal `causal` chapter) < the chapters
+tensor parallelism < the mesh < video, sparse attention and the block-causal `causal` chapter;
+`attention`, `ring`, `video`, `sparse` and `causal` are packages, a chapter each) < the chapters
 `tinydit`, `models`, `planner` and the machinery `launch` < `approx` (approximate parallel
 sampling of the tiny DiT) < `course`, `viz` and `runs` (what
 runs an experiment on P ranks) < `bench` (which only measures) < `cli`. A module may import
@@ -28,20 +29,17 @@ RANKS = {
     "online_softmax": 1,
     "attention": 2,
     "sim": 3, "ring": 3, "ulysses": 3, "tensor_parallel": 3,
-    "mesh": 4, "sparse": 4, "fp8_comm": 4, "tiling": 4,
-    "video": 5, "causal": 5, "sparse_cp": 5,
+    "fp8_comm": 3,  # messages in fewer bytes: under sparse/ (16) and the planner's comm
+    "mesh": 4, "tiling": 4,
+    "video": 5, "causal": 5, "sparse": 5,
     "tinydit": 6, "models": 6, "planner": 6, "launch": 6,
     "approx": 7,
     "course": 8, "viz": 8, "runs": 8,
     "bench": 9,
     "cli": 10,
     "__main__": 11,  # `python -m cpcourse` runs the command line
-    "attention_backward": 2,  # the blockwise backward from lse, under the ring's
     "cp_boundaries": 3,  # training's scatter, gather and loss scale
     "link_probe": 7,  # the link timed alone (notebooks 04, 05): launches ranks, fits the planner
-    "video_layout": 4,  # the video axes folded into the batch, frames sharded along T
-    "triton_attention": 2,  # notebook 02's appendix: the online softmax as one Triton kernel
-    "attention_kernels": 1,  # the fused kernels' adapters and the backend choice, under attention
 }
 
 

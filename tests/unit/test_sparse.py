@@ -127,7 +127,7 @@ def test_running_max_skip_depends_on_the_visiting_order():
 
 
 def test_greedy_deals_balance_and_the_ring_knows_who_needs_what():
-    from cpcourse import sparse_cp as C
+    from cpcourse.sparse import cp as C
 
     assert C.greedy_assign([8, 7, 6, 5, 4, 3, 2, 1], 2) == [[0, 3, 4, 7], [1, 2, 5, 6]]
     assert C.contiguous(5, 2) == [[0, 1, 2], [3, 4]]

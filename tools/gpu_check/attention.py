@@ -12,7 +12,7 @@ shape's tokens are its video tokens plus its text tokens where the model joins t
   CogVideoX-5B   48 heads x 64, 17,776 tokens (13 x 30 x 45 video + 226 text)
 The kernels: `cpcourse.attention`'s (SDPA's flash, cuDNN, memory-efficient; flash-attn if
 installed), SDPA's math kernel where its score matrix fits, and the course's Triton kernel
-(`cpcourse.triton_attention`). flash-attn's wheels are not measured: FlashAttention-2
+(`cpcourse.attention.triton_kernel`). flash-attn's wheels are not measured: FlashAttention-2
 must be compiled for hours and FlashAttention-4's CUTLASS DSL libraries exceed the 64 MiB of
 files that can be carried to the GPU machine. Beside each shape: the planner's seconds for its
 kernels (fa2, fa3, sdpa) at their planned share of the bf16 peak.
@@ -30,8 +30,7 @@ import time
 
 import torch
 
-from cpcourse import triton_attention
-from cpcourse.attention import attention_with_lse
+from cpcourse.attention import attention_with_lse, triton_kernel
 from cpcourse.planner.deployment import MERGE_BYTES_PER_ELEMENT
 from cpcourse.planner.hardware import KERNELS, get_gpu, kernel_efficiency
 from cpcourse.support.errors import InputError
@@ -67,14 +66,14 @@ def _error(exc) -> str:
 
 def kernels_here(device, dtype) -> list[str]:
     """The lse-returning kernels that run here: `cpcourse.attention`'s, then the Triton one."""
-    return backends_present(device, dtype) + ([] if triton_attention.why_not() else ["triton"])
+    return backends_present(device, dtype) + ([] if triton_kernel.why_not() else ["triton"])
 
 
 def call(name: str, q, k, v):
     """(out, lse) from kernel `name`; 'triton' is the course's own."""
     if name == "triton":
         try:
-            return triton_attention.attention_with_lse_triton(q, k, v)
+            return triton_kernel.attention_with_lse_triton(q, k, v)
         except (InputError, RuntimeError):
             raise
         except Exception as exc:  # Triton's compiler raises its own types: record, go on
@@ -193,7 +192,7 @@ def attention_part(device, dry: bool, repeat: int, gpu_id: str, deadline: float)
             continue
         shapes.append(_shape_rows(shape, device, dtype, repeat, peak, gpu_id))
     return {"dtype": str(dtype), "peak_tflops": peak, "shapes": shapes,
-            "triton": triton_attention.why_not() or "compiled and timed",
+            "triton": triton_kernel.why_not() or "compiled and timed",
             "flash_attn_wheels": FLASH_ATTN_NOTE}
 
 

@@ -21,7 +21,8 @@ hold none when T < P).
   K/V must enter the softmax once: only the last rank adds them to its ring block.
 
 Bytes each rank sends: measure with `cpcourse.support.bytecount.count_bytes()`, predict with
-`cpcourse.planner.video_costs`; they agree exactly.
+`cpcourse.planner.video_costs`; they agree exactly. The layouts themselves (an axis folded into
+the batch, frames sharded along T) are `cpcourse.video.layout`.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from cpcourse.support.groups import (
     tracked,
 )
 from cpcourse.support.shards import shard_sizes
-from cpcourse.video_layout import (
+from cpcourse.video.layout import (
     batch_to_frames,
     batch_to_positions,
     flatten_video,
@@ -50,7 +51,7 @@ from cpcourse.video_layout import (
     positions_to_batch,
 )
 
-# the layouts are re-exported from cpcourse.video_layout: callers import them from here too
+# the layouts are re-exported from cpcourse.video.layout: callers import them from here too
 __all__ = ["FULL_METHODS", "TEMPORAL_METHODS", "batch_to_frames", "batch_to_positions",
            "flatten_video",
            "frame_offset", "frame_shard", "frames_to_batch", "full_attention",

@@ -16,7 +16,7 @@ without keys:
 `masked_attention` is the reference (dense scores, masked, one softmax); `block_sparse_attention`
 computes only the kept blocks, tile by tile, and returns (out, lse) so partial results over
 disjoint key sets merge exactly (`cpcourse.attention.merge_attention`): what CP builds on
-(`cpcourse.sparse_cp`). Shapes: q, k, v `[B, heads, L, D]`, lse `[B, heads, L]`.
+(`cpcourse.sparse.cp`). Shapes: q, k, v `[B, heads, L, D]`, lse `[B, heads, L]`.
 """
 
 from __future__ import annotations

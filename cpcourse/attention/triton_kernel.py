@@ -1,6 +1,6 @@
 """The course's own fused attention kernel, in Triton: out and its log-sum-exp in one pass.
 
-    python -c "from cpcourse.triton_attention import why_not; print(why_not() or 'ok')"
+    python -c "from cpcourse.attention.triton_kernel import why_not; print(why_not() or 'ok')"
     cpcourse bench gpu --parts attention --json   # times it beside SDPA's kernels on a GPU
 
 The same online softmax as `cpcourse.online_softmax` (notebook 01), written as one GPU kernel:

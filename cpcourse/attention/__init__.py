@@ -20,7 +20,10 @@ Backends of `attention_with_lse`, in the order `auto` tries them:
 inputs); `backend=name` insists and raises `InputError` when it cannot.
 
 The teaching versions (v1 naive softmax ... v4 blockwise attention) live in
-`cpcourse.online_softmax` and are re-exported here.
+`cpcourse.online_softmax` and are re-exported here. The chapter's other modules:
+`attention.kernels` (each fused kernel's adapter and the backend choice), `attention.backward`
+(the backward from the saved lse, notebook 17) and `attention.triton_kernel` (notebook 02's
+appendix: the online softmax as one Triton kernel).
 """
 
 from __future__ import annotations
@@ -29,8 +32,8 @@ import math
 
 import torch
 
-from cpcourse.attention_kernels import BACKENDS, ENV_BACKEND, FUSED, attention_backend, lse_dtype
-from cpcourse.attention_kernels import why_not as backend_refuses
+from cpcourse.attention.kernels import BACKENDS, ENV_BACKEND, FUSED, attention_backend, lse_dtype
+from cpcourse.attention.kernels import why_not as backend_refuses
 from cpcourse.online_softmax import (  # noqa: F401  (re-exported teaching versions)
     accumulator_dtype,
     attention_v4_blockwise,
@@ -194,20 +197,3 @@ def merge_attention(out_a, lse_a, out_b, lse_b):
     part_b = torch.where(w_b > 0, out_b.to(acc), 0.0)
     return w_a * part_a + w_b * part_b, lse
 
-
-def _demo() -> None:
-    """Peak memory of naive and fused attention at a few lengths (notebook 01's memory wall)."""
-    from cpcourse.support.peak_memory import peak_memory
-
-    print(f"{'L':>6} {'naive MB':>10} {'L*L*4*H MB':>11} {'fused MB':>9}")
-    for length in (512, 1024, 2048, 4096):
-        q = torch.randn(1, 4, length, 64)
-        with torch.no_grad():
-            _, naive = peak_memory(reference_attention, q, q, q)
-            _, fused = peak_memory(attention_with_lse, q, q, q)
-        print(f"{length:6d} {naive / 1e6:10.1f} {length * length * 16 / 1e6:11.1f} "
-              f"{fused / 1e6:9.2f}")
-
-
-if __name__ == "__main__":
-    _demo()
