@@ -69,6 +69,8 @@ class GPU:
 _ALIASES = {"a100": "a100-80gb-sxm", "h100": "h100-sxm", "h200": "h200-sxm",
             "a800": "a800-80gb-sxm", "4090": "rtx4090"}
 KERNELS = ("fa2", "fa3", "sdpa", "fa4", "cudnn")
+# the model whose sequence `cpcourse bench gpu` times the kernels at (Wan 14B, 720p)
+RATE_MODEL_ARCH = "wan"
 
 
 def _pcie_id(g: dict) -> str:
@@ -116,7 +118,8 @@ def measured_kernel_share(gpu_id: str, kernel: str) -> tuple[float, str] | None:
     if run is None or kernel not in ("fa2", "sdpa", "cudnn"):
         return None
     backend = {"fa2": "sdpa-flash", "cudnn": "sdpa-cudnn"}.get(kernel) or next(
-        (m["sdpa_backend"] for m in run.get("models", []) if m.get("arch") == "wan"), None)
+        (m["sdpa_backend"] for m in run.get("models", []) if m.get("arch") == RATE_MODEL_ARCH),
+        None)
     row = next((r for r in run.get("kernels", {}).get("rates", [])
                 if r["backend"] == backend and r["shape"] == "full" and "share_of_peak" in r),
                None)
