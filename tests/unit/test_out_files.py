@@ -51,7 +51,7 @@ def test_replacing_keeps_the_old_file_when_the_write_fails(tmp_path):
 @needs_proc
 def test_writers_turn_every_failure_into_one_line():
     """safetensors, torch.save and a plain open each fail in their own way in /proc."""
-    from cpcourse.cli.clip_files import save
+    from cpcourse.runs.clip_files import save
     from cpcourse.tinydit.model import DiTConfig, build_model, save_weights
     from cpcourse.viz.clips import save_gif
 
