@@ -20,70 +20,70 @@ overlapping windows. `--approx naive|displaced|pipefusion|asyncdiff` (with `--wa
 `--patches`, `--split`) and `--cache fbcache` sample by an approximate method instead,
 `--compare` then against the exact clip; `--comm-dtype` sends attention's traffic in fp8/bf16.
 Each mode's flags are the fields of its Request in `cpcourse.runs` (generate, long_video,
-stream, approx, comm_generate): this module builds the parser from them, picks the mode,
-refuses a flag that cannot act in it, and writes the files; the Request runs.
+stream, approx, comm_generate), the files' flags those of `cpcourse.runs.clip_files.ClipFiles`
+and the two that pick what runs those of `Selection`: this module builds the parser from them,
+picks the mode, refuses a flag that cannot act in it, and writes the files; the Request runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from dataclasses import dataclass
 
 from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.runs.approx import ApproxRequest
+from cpcourse.runs.clip_files import ClipFiles
 from cpcourse.runs.comm_generate import CommRequest
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.runs.long_video import LongVideoRequest
 from cpcourse.runs.stream import StreamRequest
-from cpcourse.support.errors import InputError, require
-from cpcourse.support.modes import ALWAYS, given, refuse_inactive
-from cpcourse.support.request import fields
+from cpcourse.support.errors import InputError
+from cpcourse.support.modes import given, refuse_inactive
+from cpcourse.support.request import fields, flag
 from cpcourse.support.tolerance import describe
 
 ONE_CLIP = {f.name for f in fields(GenerateRequest)}  # the flags every kind of clip shares
 
 
+@dataclass(frozen=True)
+class Selection:
+    """The flags that pick what `generate` does, not how a clip is made or written."""
+
+    list_prompts: bool = flag(False, "print the prompt ids and stop")
+    causal: bool = flag(False, "stream chunk after chunk from the chunk-causal model, with a "
+                        "KV cache", acts="clips")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The flags of one clip are GenerateRequest's fields (`cpcourse.cli.from_request`); the
-    other modes' flags and the files follow."""
+    files' (ClipFiles) and the other modes' flags follow."""
     from cpcourse.support.errors import ArgumentParser
 
     p = ArgumentParser(prog="cpcourse generate", description=__doc__.split("\n")[0])
-    p.add_argument("--list-prompts", action="store_true", help="print the prompt ids and stop")
+    add_request_flags(p, Selection, skip=("causal",))
     add_request_flags(p, GenerateRequest)
-    p.add_argument("--save", default=None,
-                   help="write the clip [T, 3, H, W] (random weights: the latents) here")
-    p.add_argument("--gif", default=None, help="write the clip as an animated GIF here")
-    p.add_argument("--force", action="store_true",
-                   help="--save/--gif may replace an existing file (else refused)")
-    p.add_argument("--compare-to", default=None,
-                   help="a file an earlier --save wrote: report the largest difference")
+    add_request_flags(p, ClipFiles)
     # --window W: the flags of `cpcourse.runs.long_video.LongVideoRequest` (its fields)
     add_request_flags(p, LongVideoRequest, skip=ONE_CLIP, unset=True, selects=("window",))
     # --approx METHOD or --cache fbcache: the flags of `cpcourse.runs.approx.ApproxRequest`
     add_request_flags(p, ApproxRequest, skip=ONE_CLIP, unset=True, selects=("approx", "cache"))
-    _causal_flags(p)
+    # --causal, then the flags of `cpcourse.runs.stream.StreamRequest` (its fields)
+    add_request_flags(p, Selection, skip=("list_prompts",))
+    add_request_flags(p, StreamRequest, skip=ONE_CLIP, unset=True)
     # --comm-dtype: the flags of `cpcourse.runs.comm_generate.CommRequest`
     add_request_flags(p, CommRequest, skip=ONE_CLIP, unset=True, selects=("comm_dtype",))
     p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
-def _causal_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--causal", action="store_true",
-                   help="stream chunk after chunk from the chunk-causal model, with a KV cache")
-    # its flags: those of `cpcourse.runs.stream.StreamRequest` (its fields)
-    add_request_flags(p, StreamRequest, skip=ONE_CLIP, unset=True)
-
-
 # Each flag with the mode it acts in (`cpcourse.support.modes`): one outside it is refused.
-# GenerateRequest's fields say theirs; the other modes' flags are listed here.
+# Every field says its own (`acts`): the Requests', then the files' and the selection's.
 MODE_FLAGS = mode_table(GenerateRequest) | {
     **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
     **mode_table(CommRequest, skip=ONE_CLIP), **mode_table(StreamRequest, skip=ONE_CLIP),
-    "list_prompts": ALWAYS, "save": "clips", "gif": "trained", "force": "writes",
-    "compare_to": "one_clip", "causal": "clips"}
+    **mode_table(Selection, skip=("causal",)), **mode_table(ClipFiles), **mode_table(Selection)}
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -118,15 +118,9 @@ def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
             "cache": (clips and args.cache is not None, "--cache fbcache"),
             "writes": (clips and (args.save is not None or args.gif is not None),
                        "--save or --gif (a file it may replace)"),
-            "comm": (plain_cp_exact(args, one_clip and not random), "one exact clip of the "
-                     "trained model: no --weights random, --window, --causal, --layout, "
-                     "--approx or --cache")}
-
-
-def plain_cp_exact(args: argparse.Namespace, one_trained_clip: bool) -> bool:
-    """--comm-dtype's mode: one trained clip by plain CP, no approximation."""
-    return (one_trained_clip and args.layout is None and args.approx is None
-            and args.cache is None)
+            "comm": (one_clip and not random and args.layout is None and args.approx is None
+                     and args.cache is None, "one exact clip of the trained model: no "
+                     "--weights random, --window, --causal, --layout, --approx or --cache")}
 
 
 def main(argv: list[str]) -> int:
@@ -154,7 +148,6 @@ def main(argv: list[str]) -> int:
 
 def main_one_clip(args: argparse.Namespace) -> int:
     """One clip by exact CP: the Request (checked), the --compare-to file, the run, the files."""
-    from cpcourse.cli.clip_files import check_outputs, load_compare
     from cpcourse.runs.generate import run
 
     if args.attention == "factored" and args.full_method is not None:
@@ -163,12 +156,10 @@ def main_one_clip(args: argparse.Namespace) -> int:
     if args.attention == "full" and args.temporal_method is not None:
         raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
                          "factored (full attention takes --full)")
-    check_outputs(args)
-    other = load_compare(args.compare_to) if args.compare_to else None
+    files = ClipFiles(**request_values(ClipFiles, args))  # checked before any start
+    other = files.load_compare()
     req = GenerateRequest(**request_values(GenerateRequest, args))
-    if other is not None:  # the run's shape is known before it starts
-        require(tuple(other.shape) == req.output_shape, f"--compare-to {args.compare_to} holds "
-                f"a tensor of shape {tuple(other.shape)}, this run makes {req.output_shape}")
+    files.check_compare(other, req.output_shape)  # the run's shape is known before it starts
     what = (f"{req.prompt or 'the random model'}, {req.steps} denoising steps"
             + (", then one process to compare" if req.compare else ""))
     with running(req.nproc, what):
@@ -176,48 +167,45 @@ def main_one_clip(args: argparse.Namespace) -> int:
     out = res["clip"] if res["clip"] is not None else res["latents"]
     if other is not None:
         res["report"]["max_abs_diff_vs_compare"] = float((other - out).abs().max())
-    return finish(args, res, out, lambda report: _print_report(args, report, req.layout))
+    return finish(args, files, res, out, lambda report: _print_report(args, report, req.layout))
 
 
 def main_long(args: argparse.Namespace) -> int:
     """`--window W`: a video longer than the model's window, from overlapping windows."""
-    from cpcourse.cli.clip_files import check_outputs
     from cpcourse.runs.long_video import print_report, run
 
-    check_outputs(args)
+    files = ClipFiles(**request_values(ClipFiles, args))
     req = LongVideoRequest(**request_values(LongVideoRequest, args))  # every refusal first
     with running(req.nproc, f"{req.frames} frames in windows of {req.window}"):
         res = run(req, stream=rank_lines if args.json else True)
-    return finish(args, res, res["clip"] if res["clip"] is not None else res["latents"],
+    return finish(args, files, res, res["clip"] if res["clip"] is not None else res["latents"],
                   print_report)
 
 
 def main_causal(args: argparse.Namespace) -> int:
     """`--causal`: a clip streamed chunk after chunk, with its KV cache under CP."""
-    from cpcourse.cli.clip_files import check_outputs
     from cpcourse.runs.stream import print_report, run
 
-    check_outputs(args)
+    files = ClipFiles(**request_values(ClipFiles, args))
     req = StreamRequest(**request_values(StreamRequest, args))  # every refusal before a start
     with running(req.nproc, f"{req.prompt} streamed chunk by chunk, KV cache {req.kv_cache}"):
         res = run(req, stream=rank_lines if args.json else True)
-    return finish(args, res, res["clip"], print_report)
+    return finish(args, files, res, res["clip"], print_report)
 
 
 def main_approx(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """`--approx` or `--cache`: the shipped model's clip sampled approximately; a flag that
     is not ApproxRequest's (an exact run's method, a mesh, a window, another size) is refused."""
-    from cpcourse.cli.clip_files import check_outputs
     from cpcourse.runs.approx import print_report, run
 
     refuse_others(parser, args, ApproxRequest, "with --approx or --cache: they sample the "
                   "shipped model's clip, split by --split", also=("save", "gif", "force"))
-    check_outputs(args)
+    files = ClipFiles(**request_values(ClipFiles, args))
     req = ApproxRequest(**request_values(ApproxRequest, args))
     with running(req.nproc, f"{req.run.prompt} with {req.approx}"
                  + (f", cache {req.cache}" if req.cache else "")):
         res = run(req, stream=rank_lines if args.json else True)
-    return finish(args, res, res["clip"], print_report)
+    return finish(args, files, res, res["clip"], print_report)
 
 
 def main_comm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -229,7 +217,7 @@ def main_comm(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     req = CommRequest(**request_values(CommRequest, args))
     with running(req.nproc, f"{req.prompt}, attention traffic in {req.comm_dtype}"):
         report = run(req)
-    return finish(args, {"report": report}, None, print_report)
+    return finish(args, ClipFiles(), {"report": report}, None, print_report)  # it writes none
 
 
 def refuse_others(parser: argparse.ArgumentParser, args: argparse.Namespace, request_cls,
@@ -242,12 +230,13 @@ def refuse_others(parser: argparse.ArgumentParser, args: argparse.Namespace, req
             raise InputError(f"{action.option_strings[0]} has no effect {why}")
 
 
-def finish(args: argparse.Namespace, res: dict, out, print_report) -> int:
+def finish(args: argparse.Namespace, files: ClipFiles, res: dict, out, print_report) -> int:
     """Write --gif and --save, then print the report (one JSON object with --json) and the
     files written."""
-    from cpcourse.cli.clip_files import write_outputs
-
-    write_outputs(args, res, out)
+    save_gif = None
+    if files.gif:  # matplotlib loads only when a GIF is drawn
+        from cpcourse.viz.clips import save_gif
+    files.write(res, out, gif_writer=save_gif)
     if args.json:
         print(json.dumps(res["report"], allow_nan=False))
         return 0

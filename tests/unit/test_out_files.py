@@ -51,7 +51,7 @@ def test_replacing_keeps_the_old_file_when_the_write_fails(tmp_path):
 @needs_proc
 def test_writers_turn_every_failure_into_one_line():
     """safetensors, torch.save and a plain open each fail in their own way in /proc."""
-    from cpcourse.cli.clip_files import save
+    from cpcourse.runs.clip_files import save
     from cpcourse.tinydit.model import DiTConfig, build_model, save_weights
     from cpcourse.viz.clips import save_gif
 
@@ -298,3 +298,23 @@ def test_dev_tools_refuse_a_missing_path_in_one_line(argv, words, tmp_path):
                          env={**os.environ, "PYTHONPATH": str(root)})
     assert res.returncode == 2 and words in res.stderr and "Traceback" not in res.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_clip_files_check_when_made_and_write_after(tmp_path):
+    """`ClipFiles` (generate's --save/--gif/--force/--compare-to) checks when made, from Python
+    as from the command line, and writes with the GIF writer it is given."""
+    from cpcourse.runs.clip_files import ClipFiles
+
+    with pytest.raises(InputError, match="one would overwrite the other"):
+        ClipFiles(save=str(tmp_path / "c.pt"), gif=str(tmp_path / "c.pt"))
+    assert ClipFiles().load_compare() is None and list(tmp_path.iterdir()) == []
+    files = ClipFiles(save=str(tmp_path / "c.pt"), gif=str(tmp_path / "c.gif"))
+    drawn = []
+    res = {"clip": torch.zeros(2, 3, 4, 4), "report": {"seed": 0}}
+    files.write(res, torch.ones(2), gif_writer=lambda clip, path, name: drawn.append(path))
+    assert drawn == [files.gif] and res["report"] == {"seed": 0, "gif": files.gif,
+                                                      "saved": files.save}
+    again = ClipFiles(save=files.save, force=True, compare_to=files.save)
+    assert torch.equal(again.load_compare(), torch.ones(2))
+    with pytest.raises(InputError, match=r"holds a tensor of shape \(2,\), this run makes"):
+        again.check_compare(again.load_compare(), (3,))
