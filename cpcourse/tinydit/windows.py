@@ -149,20 +149,39 @@ class WindowPlan:
     world: int
 
 
+@dataclass(frozen=True)
+class WindowSampling:
+    """How `sample_windows` samples a long video: `steps` Euler steps at guidance `cfg_scale`,
+    windows of `window` frames starting every `stride` frames, blended `blend` (flat or
+    pyramid), spread over the ranks by `parallel` (windows or cp). Checked where it is used.
+    `cpcourse.runs.long_video.LongVideoRequest` has these same attributes, so a rank passes
+    the Request itself."""
+
+    steps: int = 12
+    cfg_scale: float = 4.0
+    window: int = 8
+    stride: int = 4
+    blend: str = "pyramid"
+    parallel: str = "windows"
+
+
 @torch.no_grad()
-def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale: float = 4.0,
-                   window: int = 8, stride: int = 4, blend: str = "pyramid", group=None,
-                   parallel: str = "windows", stats: dict | None = None,
-                   measure: bool = False) -> torch.Tensor:
+def sample_windows(model, noise: torch.Tensor, label,
+                   sampling: WindowSampling = WindowSampling(), group=None,
+                   stats: dict | None = None, measure: bool = False) -> torch.Tensor:
     """Denoise a whole video `[B, C, T, Hl, Wl]` window by window; returns the sample.
 
-    With one window (window = T) it is the plain sampler (`cpcourse.tinydit.sampling.sample`), bit
-    for bit. Each window is a clip of its own: positions start at 0 in every window. `group` None:
-    one process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
+    `sampling`: the steps, guidance, window geometry and parallel mode (`WindowSampling`, or
+    any object with those attributes, such as a `LongVideoRequest`). With one window (window
+    = T) it is the plain sampler (`cpcourse.tinydit.sampling.sample`), bit for bit. Each
+    window is a clip of its own: positions start at 0 in every window. `group` None: one
+    process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
     rank sent in step 0, measured (`bytes_per_step`, `bytes_by_op`: the ring inside attention
     under "cp", the all-reduce under "windows"); with `measure`, also the peak working memory
     of one window's forward (`window_peak_bytes`, measured once, which slows that forward).
     """
+    steps, cfg_scale, parallel = sampling.steps, sampling.cfg_scale, sampling.parallel
+    window, stride, blend = sampling.window, sampling.stride, sampling.blend
     require(parallel in PARALLEL, f"parallel must be one of {PARALLEL}, got {parallel!r}")
     steps, cfg_scale = positive_int("steps", steps), finite_float("cfg_scale", cfg_scale)
     require(noise.dim() == 5, f"noise must be [B, C, T, Hl, Wl], got shape {tuple(noise.shape)}")
@@ -267,7 +286,7 @@ def windows_rank(req) -> dict:
         noise = reschedule_noise(noise, req.window, req.stride, req.seed)
     stats: dict = {}
     group = dist.group.WORLD if dist.is_initialized() else None
-    out, peak = peak_memory(sample_windows, model, noise, req.cond, req.steps, req.cfg_scale,
-                            req.window, req.stride, req.blend, group, req.parallel, stats, True)
+    # the Request has WindowSampling's attributes (steps .. parallel): it is the sampling
+    out, peak = peak_memory(sample_windows, model, noise, req.cond, req, group, stats, True)
     return {"latents": out, "peak_bytes": int(peak), **stats,
             "state_bytes": STATE_COPIES * noise.numel() * noise.element_size()}
