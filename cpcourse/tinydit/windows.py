@@ -125,9 +125,10 @@ def reschedule_noise(noise: torch.Tensor, window: int, stride: int, seed: int) -
 def _guided(model, x, y, t: float, cfg_scale: float, ctx: CPContext) -> torch.Tensor:
     """The guided prediction for latent frames x `[B, C, T_w, Hl, Wl]` (same shape)."""
     cfg = model.cfg
-    tok = patchify(x, cfg.patch)
+    tok = patchify(x, cfg.patch)  # [B, T_w, S, C*p*p]
+    # the conditional and unconditional halves in one batch: [2B, T_w, S, C*p*p]
     out = model(torch.cat([tok, tok]), torch.full((2 * x.shape[0],), t, dtype=x.dtype), y, ctx)
-    cond, uncond = out.chunk(2)
+    cond, uncond = out.chunk(2)  # [B, T_w, S, C*p*p] each
     return unpatchify(uncond + cfg_scale * (cond - uncond), x.shape[1], cfg.patch, ctx.grid)
 
 
@@ -189,7 +190,7 @@ def sample_windows(model, noise: torch.Tensor, label,
     b, c, frames, hl, wl = noise.shape
     grid = (hl // cfg.patch, wl // cfg.patch)
     starts = window_starts(frames, window, stride)
-    weights = frame_weights(frames, starts, window, blend).to(noise.dtype)
+    weights = frame_weights(frames, starts, window, blend).to(noise.dtype)  # [K, T], K windows
     rank, world = (0, 1) if group is None and not dist.is_initialized() else (
         dist.get_rank(group), dist.get_world_size(group))
     if parallel == "windows":  # whole windows per rank, contiguous runs (tensor_split order)
@@ -237,6 +238,7 @@ def _step(model, x, y, t, cfg_scale, ctx, plan: WindowPlan, record) -> torch.Ten
     x0 = torch.zeros_like(x)
     for k in mine:
         s = starts[k]
+        # [B, C, W_r, Hl, Wl]: this rank's frames of window k (W_r = W, or W/P under cp)
         xw = x[:, :, s + f_off:s + f_off + n_mine]
         if record is not None and k == mine[0]:  # the working memory of one window's forward
             pred, peak = peak_memory(_guided, model, xw, y, t, cfg_scale, ctx)
@@ -244,7 +246,8 @@ def _step(model, x, y, t, cfg_scale, ctx, plan: WindowPlan, record) -> torch.Ten
         else:
             pred = _guided(model, xw, y, t, cfg_scale, ctx)
         if ctx.group is not None:  # every rank needs the whole window's prediction
-            pred = gather_frames(pred, group)
+            pred = gather_frames(pred, group)  # [B, C, W/P, Hl, Wl] -> [B, C, W, Hl, Wl]
+        # window k's weights [W] -> [1, 1, W, 1, 1], broadcast over pred [B, C, W, Hl, Wl]
         x0[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * pred
     if plan.parallel == "windows" and plan.world > 1:
         with tracked("all_reduce (window predictions)", group=group):
@@ -286,7 +289,8 @@ def windows_rank(req) -> dict:
         noise = reschedule_noise(noise, req.window, req.stride, req.seed)
     stats: dict = {}
     group = dist.group.WORLD if dist.is_initialized() else None
-    # the Request has WindowSampling's attributes (steps .. parallel): it is the sampling
+    # the Request has WindowSampling's attributes (steps .. parallel): it is the sampling;
+    # out: the whole video [1, C, T, Hl, Wl] on every rank
     out, peak = peak_memory(sample_windows, model, noise, req.cond, req, group, stats, True)
     return {"latents": out, "peak_bytes": int(peak), **stats,
             "state_bytes": STATE_COPIES * noise.numel() * noise.element_size()}
