@@ -11,10 +11,11 @@ for the probe and its reference (`rule`):
     "output"    the course's: the first block's OUTPUT, against the previous step's, even when
                 that step was skipped (a run of skips compares neighbours, so drift that
                 accumulates slowly over several skipped steps is never seen)
-    "residual"  ParaAttention's first-block cache (`get_can_use_cache`): the first block's
-                RESIDUAL (output - input), against the residual of the last step that ran the
-                full model (stored only on the uncached path), so drift accumulates until the
-                change crosses the threshold and the model runs again
+    "residual"  ParaAttention's first-block cache (`get_can_use_cache`, chengzeyi/ParaAttention
+                src/para_attn/first_block_cache/utils.py): the first block's RESIDUAL (output
+                - input), against the residual of the last step that ran the full model
+                (stored only on the uncached path), so drift accumulates until the change
+                crosses the threshold and the model runs again
 
 Under CP each rank sees only its frames, so the two sums are all-reduced first (SUM, then
 divided): a ratio of sums is the whole video's change exactly, which an average of the ranks'

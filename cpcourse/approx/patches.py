@@ -44,9 +44,11 @@ class PatchAttention:
         parts = self.gather(kv) if self.step < self.warmup else self.remote(layer, kv)
         self.after(layer, kv, parts)
         # Shards in rank order: a missing rank (None) is left out, the rest keep their places.
+        # [B, H, T, S, 2D] when every rank's K/V is here (fewer frames or rows when some are not)
         keys = torch.cat([kv if r == self.rank else p for r, p in enumerate(parts)
                           if p is not None], dim=self.dim)
-        k_all, v_all = keys.split(k.shape[-1], dim=-1)
+        k_all, v_all = keys.split(k.shape[-1], dim=-1)  # [B, H, T, S, D] each
+        # flattened: this rank's queries [B, H, L_r, D] over keys [B, H, L, D]; back to q's shape
         out, _ = attention_with_lse(flatten_video(q), flatten_video(k_all), flatten_video(v_all))
         return out.reshape(q.shape)
 

@@ -56,6 +56,7 @@ class PipeFusionDiT(nn.Module):
         for f0, f1 in zip(bounds[:-1], bounds[1:], strict=True):
             pctx = CPContext(frame_offset=f0, grid=ctx.grid,
                              attend=lambda mod, q, k, v, f0=f0: self.attend(mod, q, k, v, f0))
+            # the patch's tokens [B, Tp, S, C*p*p] -> x [B, Tp, S, hidden], c [B, hidden]
             x, c = self.model.embed_inputs(tokens[:, f0:f1], t, y, pctx)
             if self.rank > 0:  # this patch's hidden states come from the previous stage
                 x = self._wait(dist.recv, x, self.rank - 1)
@@ -67,6 +68,7 @@ class PipeFusionDiT(nn.Module):
                     [dist.P2POp(dist.isend, x, self.rank + 1, self.group)])]
             else:
                 outs.append(self.model.final_layer(x, c))
+        # [B, T, S, C*p*p]: the last stage's patches joined; the others' buffer for the broadcast
         out = torch.cat(outs, dim=1) if outs else torch.empty(
             tokens.shape[:3] + (self.model.out.out_features,), dtype=tokens.dtype)
         self._wait(dist.broadcast, out, self.world - 1)
@@ -76,15 +78,15 @@ class PipeFusionDiT(nn.Module):
     def attend(self, module, q, k, v, f0: int) -> torch.Tensor:
         """q, k, v `[B, H, Tp, S, D]` of the patch starting at frame f0 -> out, same shape."""
         layer = self.layer_of[id(module)]
-        kv = torch.cat([k, v], dim=-1)
+        kv = torch.cat([k, v], dim=-1)  # [B, H, Tp, S, 2D]
         if layer not in self.kv:  # the buffer spans the whole video: [B, H, T, S, 2D]
             b, h, _, s, d2 = kv.shape
             self.kv[layer] = kv.new_zeros(b, h, self.frames_total, s, d2)
         f1 = f0 + kv.shape[2]
         self.kv[layer][:, :, f0:f1] = kv
         self.filled[layer] = max(self.filled.get(layer, 0), f1)
-        keys = self.kv[layer][:, :, :self.filled[layer]]
-        k_all, v_all = keys.split(k.shape[-1], dim=-1)
+        keys = self.kv[layer][:, :, :self.filled[layer]]  # [B, H, filled, S, 2D]
+        k_all, v_all = keys.split(k.shape[-1], dim=-1)  # [B, H, filled, S, D] each
         out, _ = attention_with_lse(flatten_video(q), flatten_video(k_all), flatten_video(v_all))
         return out.reshape(q.shape)
 

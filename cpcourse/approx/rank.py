@@ -72,7 +72,7 @@ def _one_clip(model, req, label, seed: int) -> dict:
         runner = model if req.cache is None else FirstBlockCache(
             model, group, req.cache_threshold, req.cache_decide, req.cache_rule)
     times: list[float] = []
-    with count_bytes() as sent:
+    with count_bytes() as sent:  # frames: noise's shape, this rank's part or the whole latent
         frames = sample(runner, noise, label, run.steps, run.cfg_scale, ctx, times)
         waits.close()
     cached = isinstance(runner, FirstBlockCache)

@@ -55,7 +55,7 @@ def _row(n: int, heads: int, head_dim: int, calls: int) -> dict:
     rank, world = dist.get_rank(), dist.get_world_size()
     gen = torch.Generator().manual_seed(rank)
     q, k, v = (torch.randn(1, heads, n, head_dim, generator=gen) for _ in range(3))
-    o, lse = attention_with_lse(q, k, v)
+    o, lse = attention_with_lse(q, k, v)  # o [1, H, n, D], lse [1, H, n]
     run_out, run_lse = o.clone(), lse.clone()  # folding a block into itself keeps it finite
 
     def beat():

@@ -30,7 +30,7 @@ def bench_rank(req) -> dict:
     g = torch.Generator().manual_seed(0)
     shape = (1, req.heads, req.seq_len, req.head_dim)  # [1, H, L, D]
     whole = [torch.randn(shape, generator=g) for _ in range(3)]
-    mine = [shard(x, rank, world) for x in whole]
+    mine = [shard(x, rank, world) for x in whole]  # [1, H, L/P, D] each
     stats: dict[str, list] = {}
     methods = _methods(rank, world, whole, mine, stats)
     skipped = {m: "not selected (--methods)" for m in METHODS if m not in req.methods}
@@ -136,9 +136,9 @@ def _errors(heads: int, world: int, outputs: dict) -> dict:
         if name == "fused":
             want = full
         elif out.shape[1] == heads:  # a sequence shard (ours)
-            want = shard(full, 0, world)
+            want = shard(full, 0, world)  # rank 0's rows [1, H, L/P, D]
         else:  # torch CP hands back a head shard: DTensor moved sequence -> heads
-            want = full[:, :hp]
+            want = full[:, :hp]  # rank 0's heads [1, H/P, L, D]
         errors[name] = float((out - want).abs().max()) if out.numel() else 0.0
     return errors
 

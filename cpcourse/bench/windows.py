@@ -30,13 +30,13 @@ def _clip_stats(model, frames, window, stride, blend, seeds, steps, prompt):
     from cpcourse.tinydit.moving_shapes import parse_prompt, track
     from cpcourse.tinydit.sampling import initial_noise
     from cpcourse.tinydit.training import to_clip
-    from cpcourse.tinydit.windows import boundaries, sample_windows, seam_metric
+    from cpcourse.tinydit.windows import WindowSampling, boundaries, sample_windows, seam_metric
 
     ratios, present = [], []
     for seed in seeds:
         noise = initial_noise((1, 3, frames, 32, 32), seed)
-        clip = to_clip(sample_windows(model, noise, parse_prompt(prompt), steps, 4.0, window,
-                                      stride, blend))
+        how = WindowSampling(steps, 4.0, window, stride, blend)
+        clip = to_clip(sample_windows(model, noise, parse_prompt(prompt), how))
         ratios.append(seam_metric(clip, boundaries(frames, window, stride))["ratio"])
         seen = track(clip)["present"]
         present.append(sum(seen) / len(seen))
@@ -71,25 +71,25 @@ def _lengths(model, label, window: int, stride: int, steps: int) -> list[dict]:
     """Memory and seconds at 1x, 2x and 4x the window, windowed and one-shot."""
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.sampling import initial_noise, sample
-    from cpcourse.tinydit.windows import STATE_COPIES, sample_windows
+    from cpcourse.tinydit.windows import STATE_COPIES, WindowSampling, sample_windows
 
     rows = []
     warm = initial_noise((1, 3, window, 32, 32), 0)
-    sample_windows(model, warm, label, 1, 4.0, window, stride)  # warm-up: first-call costs
+    sample_windows(model, warm, label, WindowSampling(1, 4.0, window, stride))  # warm-up
     for k in (1, 2, 4):
         frames = k * window
         noise = initial_noise((1, 3, frames, 32, 32), 0)
         stats: dict = {}
         t0 = time.perf_counter()
-        sample_windows(model, noise, label, steps, 4.0, window, stride, "pyramid", None,
-                       "windows", stats)
+        sample_windows(model, noise, label, WindowSampling(steps, 4.0, window, stride), None,
+                       stats)
         t_win = time.perf_counter() - t0
         t0 = time.perf_counter()
         sample(model, noise, label, steps, 4.0)
         t_one = time.perf_counter() - t0
         # memory does not depend on the number of steps: measure 2 (the tracker is slow)
-        _, peak = peak_memory(sample_windows, model, noise, label, 2, 4.0, window, stride,
-                              "pyramid", None, "windows", stats, True)
+        _, peak = peak_memory(sample_windows, model, noise, label,
+                              WindowSampling(2, 4.0, window, stride), None, stats, True)
         _, one_shot = peak_memory(sample, model, noise, label, 2, 4.0)
         state = STATE_COPIES * noise.numel() * noise.element_size()
         rows.append({

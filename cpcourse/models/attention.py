@@ -113,7 +113,7 @@ def cp_attention(q, k, v, cp, text=None, text_keep=None):
         return _attend(q, k, v, cp, None)[0], text[0].new_empty(text[0].shape)
     if text is None or text_keep is None or len(set(text_keep)) == 1:
         if text is not None and text_keep is not None:
-            n = text_keep[0]
+            n = text_keep[0]  # text keys and values: the n unpadded tokens, [B, H, n, D]
             text = (text[0], text[1][:, :, :n], text[2][:, :, :n])
         return _attend(q, k, v, cp, text)
     # Different pad lengths per sample: one call per sample (every rank loops alike).

@@ -259,7 +259,8 @@ def example_inputs(arch: str, frames: int = 5, height: int = 8, width: int = 8, 
             mask[i, TEXT_TOKENS - 2 - i % 3:] = False
         kw["encoder_attention_mask"] = mask
         kw["pooled_projections"] = rand(batch, cfg["pooled_projection_dim"])
-    if info.guidance_distilled:
+    if info.guidance_distilled:  # 6.0 x 1000: Tencent/HunyuanVideo hyvideo/config.py's default
+        # --embedded-cfg-scale 6.0, times 1000 as diffusers' HunyuanVideoPipeline embeds it
         kw["guidance"] = torch.full((batch,), 6000.0, dtype=dtype)
     if info.rotary_passed_in:
         kw["image_rotary_emb"] = cogvideox_rotary(frames, height, width)

@@ -54,6 +54,8 @@ def _run(model, inputs, req, cp: bool):
         return lambda: sample(model, req.arch, inputs, steps=req.sample_steps,
                               cfg_scale=req.cfg_scale, seed=req.seed)
     if cp and req.shard_io:
+        # this rank's latent frames in ([B, C, F_r, H, W]; CogVideoX [B, F_r, C, H, W]), every
+        # rank's frames gathered out (the whole latents' shape)
         mine = dict(inputs, hidden_states=shard_latents(model, inputs["hidden_states"]))
         return lambda: gather_latents(model, model(**mine, return_dict=False)[0])
     return lambda: model(**inputs, return_dict=False)[0]

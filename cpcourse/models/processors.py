@@ -46,7 +46,7 @@ class WanCPProcessor(_CPProcessor):
                  rotary_emb=None):
         if encoder_hidden_states is not None or attention_mask is not None:
             raise InputError("WanCPProcessor is for Wan's self-attention (attn1) without a mask")
-        if attn.fused_projections:
+        if attn.fused_projections:  # hidden_states [B, L_r, C] -> q, k, v [B, L_r, H*D]
             q, k, v = attn.to_qkv(hidden_states).chunk(3, dim=-1)
         else:
             q, k, v = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
@@ -63,7 +63,7 @@ def text_keep_lengths(attention_mask, n_text: int) -> list[int] | None:
     """Leading real text tokens per sample from HunyuanVideo's key mask `[B, 1, 1, L + N]`."""
     if attention_mask is None:
         return None
-    m = attention_mask.reshape(attention_mask.shape[0], -1)[:, -n_text:].bool()
+    m = attention_mask.reshape(attention_mask.shape[0], -1)[:, -n_text:].bool()  # [B, N]
     keep = m.sum(dim=1)
     lead = torch.arange(n_text, device=m.device)[None] < keep[:, None]
     if not torch.equal(m, lead) or bool(
@@ -84,15 +84,17 @@ class HunyuanCPProcessor(_CPProcessor):
             raise InputError("HunyuanCPProcessor expects the text tokens beside the video")
         n_text = encoder_hidden_states.shape[1]
         single = attn.add_q_proj is None  # single-stream: text rides behind the video
+        # single: [B, L_r + N, C] (video, then text); dual: the video [B, L_r, C]
         x = torch.cat([hidden_states, encoder_hidden_states], dim=1) if single else hidden_states
+        # [B, L_r (+ N), H, D]
         q, k, v = (f(x).unflatten(2, (attn.heads, -1)) for f in (attn.to_q, attn.to_k, attn.to_v))
         if attn.norm_q is not None:
             q = attn.norm_q(q)
         if attn.norm_k is not None:
             k = attn.norm_k(k)
-        if single:
+        if single:  # video [B, L_r, H, D], text [B, N, H, D]
             (q, tq), (k, tk), (v, tv) = ((t[:, :-n_text], t[:, -n_text:]) for t in (q, k, v))
-        else:
+        else:  # the text's own projections: [B, N, C] -> [B, N, H, D]
             tq, tk, tv = (f(encoder_hidden_states).unflatten(2, (attn.heads, -1))
                           for f in (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj))
             if attn.norm_added_q is not None:
@@ -106,8 +108,8 @@ class HunyuanCPProcessor(_CPProcessor):
         out, text_out = cp_attention(bhld(q), bhld(k), bhld(v), self.cp,
                                      text=(bhld(tq), bhld(tk), bhld(tv)),
                                      text_keep=text_keep_lengths(attention_mask, n_text))
-        out = out.transpose(1, 2).flatten(2, 3).to(q.dtype)
-        text_out = text_out.transpose(1, 2).flatten(2, 3).to(q.dtype)
+        out = out.transpose(1, 2).flatten(2, 3).to(q.dtype)  # [B, H, L_r, D] -> [B, L_r, H*D]
+        text_out = text_out.transpose(1, 2).flatten(2, 3).to(q.dtype)  # -> [B, N, H*D]
         if getattr(attn, "to_out", None) is not None:
             out = attn.to_out[1](attn.to_out[0](out))
         if getattr(attn, "to_add_out", None) is not None:
@@ -142,6 +144,7 @@ class CogVideoXCPProcessor(_CPProcessor):
         # [B, H, N + L_r, D] -> [B, N + L_r, C]
         joined = torch.cat([text_out, out], dim=2).transpose(1, 2).reshape(b, -1, x.shape[-1])
         joined = attn.to_out[1](attn.to_out[0](joined))
+        # text [B, N, C], video [B, L_r, C]
         text_out, out = joined.split([n_text, joined.shape[1] - n_text], dim=1)
         return out, text_out
 

@@ -26,6 +26,11 @@ from cpcourse.models.shards import gather_latents, shard_latents
 from cpcourse.models.split import latent_grid
 from cpcourse.support.errors import require
 
+# Sources: wan, diffusers src/diffusers/pipelines/wan/pipeline_wan.py's example (UniPC,
+# flow_shift 3.0 for 480P, 5.0 for 720P); hunyuanvideo, Tencent/HunyuanVideo hyvideo/config.py
+# (--flow-shift default 7.0); cogvideox, the scheduler diffusers'
+# scripts/convert_cogvideox_to_diffusers.py saves (it also sets snr_shift_scale=3.0, left at its
+# default here).
 SCHEDULERS = {
     "wan": ("UniPCMultistepScheduler", dict(prediction_type="flow_prediction",
                                             use_flow_sigmas=True, flow_shift=3.0)),
@@ -95,7 +100,8 @@ def sample(model, arch: str, inputs: dict, steps: int = 4, cfg_scale: float = 5.
             def run(kw, x=x, tt=tt):
                 return model(hidden_states=x, timestep=tt, **kw, return_dict=False)[0]
 
-            if info.guidance_distilled:
+            if info.guidance_distilled:  # the scale x 1000, as diffusers'
+                # pipelines/hunyuan_video/pipeline_hunyuan_video.py embeds it
                 pred = run(dict(cond, guidance=torch.full((b,), cfg_scale * 1000.0,
                                                           dtype=like.dtype, device=like.device)))
             elif branch == "both":

@@ -33,6 +33,7 @@ def shard_latents(model, latents: torch.Tensor) -> torch.Tensor:
     require(min(sizes) >= 1, f"only {frames} latent frames for {cp.world} ranks")
     pt = latents.shape[dim] // frames
     start = shard_offsets(sizes)[cp.rank] * pt
+    # [B, C, F, H, W] -> [B, C, F_r, H, W] (CogVideoX: dim 1 of [B, F, C, H, W]), whole patches
     return latents.narrow(dim, start, sizes[cp.rank] * pt).contiguous()
 
 
@@ -42,8 +43,9 @@ def gather_latents(model, shard: torch.Tensor) -> torch.Tensor:
     require(cp is not None, "gather_latents needs a parallelized model")
     dim = _frame_dim(model)
     moved = shard.movedim(dim, 1)  # [B, F_r, ...]
-    flat = moved.reshape(moved.shape[0], moved.shape[1], -1)
+    flat = moved.reshape(moved.shape[0], moved.shape[1], -1)  # [B, F_r, C*H*W]
     sizes = torch.empty(cp.world, dtype=torch.int64, device=comm_device(cp.group))
     all_gather_single(sizes, torch.tensor([flat.shape[1]], device=sizes.device), group=cp.group)
-    whole = gather_uneven(flat, sizes.tolist(), dim=1, group=cp.group)
+    whole = gather_uneven(flat, sizes.tolist(), dim=1, group=cp.group)  # [B, F, C*H*W]
+    # -> [B, F, C, H, W] -> the model's layout ([B, C, F, H, W]; CogVideoX keeps [B, F, C, H, W])
     return whole.reshape(moved.shape[0], whole.shape[1], *moved.shape[2:]).movedim(1, dim)

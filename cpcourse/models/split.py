@@ -117,7 +117,7 @@ def split_tokens(cp):
         if args:  # hidden states [B, L, C] -> this rank's [B, L_r, C]
             x = args[0]
             return (x.narrow(1, cp.tok0, cp.lens[cp.rank]),) + tuple(args[1:]), kwargs
-        x = kwargs["hidden_states"]
+        x = kwargs["hidden_states"]  # the same [B, L, C] -> [B, L_r, C], passed by name
         return args, {**kwargs, "hidden_states": x.narrow(1, cp.tok0, cp.lens[cp.rank])}
     return hook
 

@@ -38,7 +38,7 @@ class TPRMSNorm(nn.Module):
             norm.weight.detach()[cols].clone(), requires_grad=False)
 
     def forward(self, x):
-        squares = x.float().pow(2).sum(dim=-1, keepdim=True)
+        squares = x.float().pow(2).sum(dim=-1, keepdim=True)  # [..., 1]: this rank's share
         device = comm_device(self.group)
         buf = squares.to(device)
         with tracked("all_reduce (RMSNorm across heads)", group=self.group):

@@ -104,7 +104,7 @@ def rank(req: CommRequest) -> dict:
     hook = _Hook(req.comm_dtype, (t, *grid))
     ctx = CPContext(group=dist.group.WORLD, frame_offset=frame_offset(t, r, world), grid=grid,
                     attend=hook)
-    with torch.inference_mode():
+    with torch.inference_mode():  # frames: this rank's sample [B, C, T/P, Hl, Wl]
         frames = sample(model, noise, run.cond, run.steps, run.cfg_scale, ctx)
     sent = sum(st["bytes_sent"] for st in hook.stats)
     fp32 = sum(st["dense_bytes"] for st in hook.stats)

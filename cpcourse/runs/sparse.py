@@ -122,9 +122,10 @@ def rank(req: SparseRequest) -> dict:
     import torch.distributed as dist
 
     r, world = dist.get_rank(), dist.get_world_size()
-    q, k, v = inputs(req)
-    first = torch.tensor_split(torch.arange(q.shape[2]), world)[r]   # contiguous shard
+    q, k, v = inputs(req)  # [1, H, L, D] each, the whole sequence on every rank
+    first = torch.tensor_split(torch.arange(q.shape[2]), world)[r]   # contiguous shard: L/P ids
     if req.mask == "topk":  # tile means all-reduced: every rank derives the same mask
+        # q[:, :, first] [1, H, L/P, D] -> the whole sequence's tile means [H, n tiles, D]
         bm = BlockMask(topk_from_pooled(pooled_cp(q[:, :, first], first, req.grid, req.tile),
                                         pooled_cp(k[:, :, first], first, req.grid, req.tile),
                                         req.keep()), req.grid, req.tile)
@@ -135,12 +136,14 @@ def rank(req: SparseRequest) -> dict:
     stats: dict = {}
     if req.method == "ulysses":
         heads = heads_of_ranks(bm, world, req.balance)
+        # this rank's run of tokens [1, H, L/P, D] in, its out [1, H, L/P, D]
         out = ulysses_sparse(q[:, :, first], k[:, :, first], v[:, :, first], bm, heads=heads,
                              codec=codec, stats=stats)
         ids, assignment = first, heads
     else:
         tokens = tokens_of_ranks(bm, world, req.balance)
         ids, assignment = tokens[r], tokens
+        # this rank's tokens `ids` (contiguous or dealt): [1, H, L_r, D] in and out
         out = ring_sparse(q[:, :, ids], k[:, :, ids], v[:, :, ids], bm, tokens, codec=codec,
                           stats=stats)
     predicted = predicted_work(bm, req.method, assignment)
@@ -156,7 +159,7 @@ def _calibrate(q, k, v) -> float:
     (out, an average of v's rows, never exceeds max |v|)."""
     import torch.distributed as dist
 
-    amax = torch.stack([x.abs().amax() for x in (q, k, v)]).amax().float().reshape(1)
+    amax = torch.stack([x.abs().amax() for x in (q, k, v)]).amax().float().reshape(1)  # [1]
     dist.all_reduce(amax, op=dist.ReduceOp.MAX)
     return calibrated_scale(float(amax))
 

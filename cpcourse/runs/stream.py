@@ -138,6 +138,7 @@ def rank(req: StreamRequest) -> dict:
         caches.append(KVCacheCP(req.kv_cache, group=dist.group.WORLD))
         return caches[-1]
 
+    # pieces: per chunk, this rank's denoised tokens [1, 1, n_r, F] (`stream_sample`)
     pieces, peak = peak_memory(stream_sample, model, noise, req.label, req.chunk, new_cache,
                                req.steps, req.cfg_scale, StreamRank(rank_, world, sent))
     return {"rank": rank_, "pieces": pieces, "bytes_per_chunk": sent, "peak_bytes": peak,

@@ -85,7 +85,8 @@ def rank(req: TilingRequest, grids: list) -> list[dict]:
     from cpcourse.tiling import attention_2d
 
     r, world = dist.get_rank(), dist.get_world_size()
-    q, k, v = _inputs(req)
+    q, k, v = _inputs(req)  # [1, H, L, D] each, the whole sequence on every rank
+    # this rank's rows of the float64 reference, and its q, k, v: [1, H, L/P, D] each
     want = shard(reference_attention(q.double(), k.double(), v.double())[0], r, world)
     mine = [shard(x, r, world) for x in (q, k, v)]
     rows = []
@@ -94,7 +95,7 @@ def rank(req: TilingRequest, grids: list) -> list[dict]:
         stats = []
         dist.barrier()
         t0 = time.perf_counter()
-        out = attention_2d(*mine, grid=tuple(grid), stats=stats)
+        out = attention_2d(*mine, grid=tuple(grid), stats=stats)  # [1, H, L/P, D]
         seconds = time.perf_counter() - t0
         err = (out.double() - want).abs()
         rows.append({"grid": list(grid), "err": float(err.max()) if err.numel() else 0.0,

@@ -88,10 +88,10 @@ def _forward(model, tokens, t, y, ctx, checkpoint: bool):
     blocks' inputs stay alive between the passes (the ring and the all-to-alls run again)."""
     from torch.utils.checkpoint import checkpoint as recompute
 
-    x, c = model.embed_inputs(tokens, t, y, ctx)
+    x, c = model.embed_inputs(tokens, t, y, ctx)  # x [B, T_r, S, hidden], c [B, hidden]
     for block in model.blocks:
         x = recompute(block, x, c, ctx, use_reentrant=False) if checkpoint else block(x, c, ctx)
-    return model.final_layer(x, c)
+    return model.final_layer(x, c)  # [B, T_r, S, 3*p*p]
 
 
 def _layout(req: TrainCPRequest | None):
@@ -119,7 +119,9 @@ def _local_batch(batch, req: TrainCPRequest | None, where) -> tuple:
         return batch
     xt, t, y, target, grid = batch
     d, _, sp_group, _ = where
+    # this replica's samples: xt and target [B/dp, T, S, 3*p*p], t [B/dp], y [B/dp, 2]
     xt, t, y, target = (torch.tensor_split(x, req.dp)[d] for x in (xt, t, y, target))
+    # xt -> this rank's frames [B/dp, T/sp, S, 3*p*p]; the target stays whole
     return scatter_sequence(xt, dim=1, group=sp_group).contiguous(), t, y, target, grid
 
 
@@ -141,7 +143,8 @@ def _step(model, local, req: TrainCPRequest | None, where, checkpoint: bool,
     ctx = CPContext(group=sp_group, frame_offset=offset, grid=grid, full_method=req.cp)
     pred = _forward(model, tokens, t, y, ctx, checkpoint)
     mark()
-    full = gather_sequence(pred, dim=1, group=sp_group)  # the whole sequence before the loss
+    # [B/dp, T/sp, S, 3*p*p] -> [B/dp, T, S, 3*p*p]: the whole sequence before the loss
+    full = gather_sequence(pred, dim=1, group=sp_group)
     per_sample = target[0].numel() if len(target) else 0
     return ((full - target) ** 2).sum() * loss_weight(req.batch, per_sample, req.sp)
 
@@ -255,6 +258,7 @@ def grad_check(seed: int, dtype: str = "float32") -> dict:
     (torch.softmax(ref[0] @ ref[1].mT / 8 ** 0.5, -1) @ ref[2]).backward(whole[3])
     errors = {}
     for method in (*MODES, "ulysses"):
+        # this rank's shards [1, 4, L/P, 8] of q, k, v and the output's gradient (L odd: uneven)
         q, k, v, dout = (shard(x, rank, world).to(getattr(torch, dtype)) for x in whole)
         q, k, v = (x.requires_grad_() for x in (q, k, v))
         out = (ulysses_attention(q, k, v) if method == "ulysses" else

@@ -125,9 +125,10 @@ def reschedule_noise(noise: torch.Tensor, window: int, stride: int, seed: int) -
 def _guided(model, x, y, t: float, cfg_scale: float, ctx: CPContext) -> torch.Tensor:
     """The guided prediction for latent frames x `[B, C, T_w, Hl, Wl]` (same shape)."""
     cfg = model.cfg
-    tok = patchify(x, cfg.patch)
+    tok = patchify(x, cfg.patch)  # [B, T_w, S, C*p*p]
+    # the conditional and unconditional halves in one batch: [2B, T_w, S, C*p*p]
     out = model(torch.cat([tok, tok]), torch.full((2 * x.shape[0],), t, dtype=x.dtype), y, ctx)
-    cond, uncond = out.chunk(2)
+    cond, uncond = out.chunk(2)  # [B, T_w, S, C*p*p] each
     return unpatchify(uncond + cfg_scale * (cond - uncond), x.shape[1], cfg.patch, ctx.grid)
 
 
@@ -149,20 +150,39 @@ class WindowPlan:
     world: int
 
 
+@dataclass(frozen=True)
+class WindowSampling:
+    """How `sample_windows` samples a long video: `steps` Euler steps at guidance `cfg_scale`,
+    windows of `window` frames starting every `stride` frames, blended `blend` (flat or
+    pyramid), spread over the ranks by `parallel` (windows or cp). Checked where it is used.
+    `cpcourse.runs.long_video.LongVideoRequest` has these same attributes, so a rank passes
+    the Request itself."""
+
+    steps: int = 12
+    cfg_scale: float = 4.0
+    window: int = 8
+    stride: int = 4
+    blend: str = "pyramid"
+    parallel: str = "windows"
+
+
 @torch.no_grad()
-def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale: float = 4.0,
-                   window: int = 8, stride: int = 4, blend: str = "pyramid", group=None,
-                   parallel: str = "windows", stats: dict | None = None,
-                   measure: bool = False) -> torch.Tensor:
+def sample_windows(model, noise: torch.Tensor, label,
+                   sampling: WindowSampling = WindowSampling(), group=None,
+                   stats: dict | None = None, measure: bool = False) -> torch.Tensor:
     """Denoise a whole video `[B, C, T, Hl, Wl]` window by window; returns the sample.
 
-    With one window (window = T) it is the plain sampler (`cpcourse.tinydit.sampling.sample`), bit
-    for bit. Each window is a clip of its own: positions start at 0 in every window. `group` None:
-    one process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
+    `sampling`: the steps, guidance, window geometry and parallel mode (`WindowSampling`, or
+    any object with those attributes, such as a `LongVideoRequest`). With one window (window
+    = T) it is the plain sampler (`cpcourse.tinydit.sampling.sample`), bit for bit. Each
+    window is a clip of its own: positions start at 0 in every window. `group` None: one
+    process. `stats`, when given, receives the schedule, per-step seconds and the bytes this
     rank sent in step 0, measured (`bytes_per_step`, `bytes_by_op`: the ring inside attention
     under "cp", the all-reduce under "windows"); with `measure`, also the peak working memory
     of one window's forward (`window_peak_bytes`, measured once, which slows that forward).
     """
+    steps, cfg_scale, parallel = sampling.steps, sampling.cfg_scale, sampling.parallel
+    window, stride, blend = sampling.window, sampling.stride, sampling.blend
     require(parallel in PARALLEL, f"parallel must be one of {PARALLEL}, got {parallel!r}")
     steps, cfg_scale = positive_int("steps", steps), finite_float("cfg_scale", cfg_scale)
     require(noise.dim() == 5, f"noise must be [B, C, T, Hl, Wl], got shape {tuple(noise.shape)}")
@@ -170,7 +190,7 @@ def sample_windows(model, noise: torch.Tensor, label, steps: int = 12, cfg_scale
     b, c, frames, hl, wl = noise.shape
     grid = (hl // cfg.patch, wl // cfg.patch)
     starts = window_starts(frames, window, stride)
-    weights = frame_weights(frames, starts, window, blend).to(noise.dtype)
+    weights = frame_weights(frames, starts, window, blend).to(noise.dtype)  # [K, T], K windows
     rank, world = (0, 1) if group is None and not dist.is_initialized() else (
         dist.get_rank(group), dist.get_world_size(group))
     if parallel == "windows":  # whole windows per rank, contiguous runs (tensor_split order)
@@ -218,6 +238,7 @@ def _step(model, x, y, t, cfg_scale, ctx, plan: WindowPlan, record) -> torch.Ten
     x0 = torch.zeros_like(x)
     for k in mine:
         s = starts[k]
+        # [B, C, W_r, Hl, Wl]: this rank's frames of window k (W_r = W, or W/P under cp)
         xw = x[:, :, s + f_off:s + f_off + n_mine]
         if record is not None and k == mine[0]:  # the working memory of one window's forward
             pred, peak = peak_memory(_guided, model, xw, y, t, cfg_scale, ctx)
@@ -225,7 +246,8 @@ def _step(model, x, y, t, cfg_scale, ctx, plan: WindowPlan, record) -> torch.Ten
         else:
             pred = _guided(model, xw, y, t, cfg_scale, ctx)
         if ctx.group is not None:  # every rank needs the whole window's prediction
-            pred = gather_frames(pred, group)
+            pred = gather_frames(pred, group)  # [B, C, W/P, Hl, Wl] -> [B, C, W, Hl, Wl]
+        # window k's weights [W] -> [1, 1, W, 1, 1], broadcast over pred [B, C, W, Hl, Wl]
         x0[:, :, s:s + window] += weights[k, s:s + window].view(1, 1, -1, 1, 1) * pred
     if plan.parallel == "windows" and plan.world > 1:
         with tracked("all_reduce (window predictions)", group=group):
@@ -267,7 +289,8 @@ def windows_rank(req) -> dict:
         noise = reschedule_noise(noise, req.window, req.stride, req.seed)
     stats: dict = {}
     group = dist.group.WORLD if dist.is_initialized() else None
-    out, peak = peak_memory(sample_windows, model, noise, req.cond, req.steps, req.cfg_scale,
-                            req.window, req.stride, req.blend, group, req.parallel, stats, True)
+    # the Request has WindowSampling's attributes (steps .. parallel): it is the sampling;
+    # out: the whole video [1, C, T, Hl, Wl] on every rank
+    out, peak = peak_memory(sample_windows, model, noise, req.cond, req, group, stats, True)
     return {"latents": out, "peak_bytes": int(peak), **stats,
             "state_bytes": STATE_COPIES * noise.numel() * noise.element_size()}

@@ -20,7 +20,7 @@ from cpcourse.runs.long_video import check_request
 from cpcourse.support.tolerance import tolerance
 from cpcourse.tinydit.model import DiTConfig, build_model
 from cpcourse.tinydit.sampling import initial_noise
-from cpcourse.tinydit.windows import sample_windows
+from cpcourse.tinydit.windows import WindowSampling, sample_windows
 
 pytestmark = pytest.mark.dist
 CFG = dict(in_channels=3, patch=4, hidden=32, heads=2, depth=2, attention="full",
@@ -42,8 +42,8 @@ def run_cases(parallels: list[str], draws: list[tuple[int, float]], trained: lis
         for (frames, window, stride, blend), (seed, g) in zip(CASES, draws, strict=True):
             noise = initial_noise((1, 3, frames, 8, 8), seed)
             stats: dict = {}
-            x = sample_windows(model, noise, (1, 2), 3, g, window, stride, blend,
-                               group=dist.group.WORLD, parallel=parallel, stats=stats)
+            how = WindowSampling(3, g, window, stride, blend, parallel)
+            x = sample_windows(model, noise, (1, 2), how, group=dist.group.WORLD, stats=stats)
             out.append({"x": x, "bytes": stats["bytes_per_step"], "mine": stats["my_windows"]})
     return out, [windows_rank(spec)["latents"] for spec in trained]
 
@@ -76,8 +76,8 @@ def test_both_parallel_modes_equal_one_process(world, cases_rng):
     for parallel in parallels:
         for c, (frames, window, stride, blend) in enumerate(CASES):
             seed, g = draws[c]
-            want = sample_windows(model, initial_noise((1, 3, frames, 8, 8), seed), (1, 2), 3,
-                                  g, window, stride, blend)
+            want = sample_windows(model, initial_noise((1, 3, frames, 8, 8), seed), (1, 2),
+                                  WindowSampling(3, g, window, stride, blend))
             tol = tolerance("ring" if parallel == "cp" else "windows", "fp32", g,
                             float(want.abs().max()))
             for rank, res in enumerate(per_rank):

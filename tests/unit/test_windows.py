@@ -15,6 +15,7 @@ from cpcourse.support.errors import InputError
 from cpcourse.tinydit.model import DiTConfig, build_model
 from cpcourse.tinydit.sampling import initial_noise, sample
 from cpcourse.tinydit.windows import (
+    WindowSampling,
     blend_weights,
     boundaries,
     frame_weights,
@@ -66,13 +67,14 @@ def test_one_window_is_the_plain_sampler_bit_for_bit(tiny):
     noise = initial_noise((1, 3, 6, 8, 8), 3)
     want = sample(tiny, noise, (0, 1), 3, 4.0)
     for blend in ("flat", "pyramid"):
-        got = sample_windows(tiny, noise, (0, 1), 3, 4.0, window=6, stride=2, blend=blend)
+        got = sample_windows(tiny, noise, (0, 1), WindowSampling(3, 4.0, window=6, stride=2,
+                                                                   blend=blend))
         assert torch.equal(got, want)
 
 
 def test_windows_are_independent_clips_when_they_do_not_overlap(tiny):
     noise = initial_noise((1, 3, 8, 8, 8), 1)
-    got = sample_windows(tiny, noise, (1, 2), 2, 4.0, window=4, stride=4)
+    got = sample_windows(tiny, noise, (1, 2), WindowSampling(2, 4.0, window=4, stride=4))
     for s in (0, 4):
         want = sample(tiny, noise[:, :, s:s + 4], (1, 2), 2, 4.0)
         assert torch.allclose(got[:, :, s:s + 4], want, atol=1e-6)
@@ -114,7 +116,8 @@ def test_sample_windows_refuses_no_steps_and_nan_guidance(tiny, kwargs, words):
     noise = initial_noise((1, 3, 8, 8, 8), 0)
     args = {"steps": 2, "cfg_scale": 4.0, **kwargs}
     with pytest.raises(InputError, match=words):
-        sample_windows(tiny, noise, (0, 1), args["steps"], args["cfg_scale"], window=4, stride=2)
+        sample_windows(tiny, noise, (0, 1), WindowSampling(args["steps"], args["cfg_scale"],
+                                                           window=4, stride=2))
 
 
 def test_seam_metric_sees_a_jump():
