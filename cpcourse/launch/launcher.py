@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import json
 import os
 import pickle
 import queue
@@ -36,7 +35,7 @@ import threading
 import time
 import uuid
 
-from cpcourse.launch.call import RankCall
+from cpcourse.launch.call import RankCall, RankSpec
 from cpcourse.launch.forkserver import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
@@ -206,9 +205,7 @@ def _start(target: str, nproc: int, call: RankCall) -> Run:
     run = Run(nproc, tempfile.mkdtemp(prefix="cpcourse-launch-"), f"cpcourse-{uuid.uuid4().hex}",
               call.stream)
     write_owner(run.run_dir)  # a later launch's sweep takes the folder once these pids are dead
-    with open(os.path.join(run.run_dir, "spec.json"), "w") as fh:
-        json.dump({"target": _absolute(target),
-                   "threads": threads, "init": call.init, "backend": backend}, fh)
+    RankSpec(_absolute(target), threads, call.init, backend).write(run.run_dir)
     with open(os.path.join(run.run_dir, "args.pkl"), "wb") as fh:
         pickle.dump((tuple(call.args), dict(call.kwargs or {})), fh)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",
