@@ -51,9 +51,7 @@ class RingBenchRequest:
                                 + ",".join(METHODS))
 
     def __post_init__(self):
-        check_common(self)
-        for name in ("seq_len", "heads", "head_dim", "repeats"):
-            positive_int(name, getattr(self, name))
+        check_common(self, whole=("seq_len", "heads", "head_dim", "repeats"))
         require(self.repeats <= 1000, f"repeats {self.repeats}: use at most 1000")
         methods = self.methods
         if isinstance(methods, str):

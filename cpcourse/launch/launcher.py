@@ -41,19 +41,10 @@ from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch
 from cpcourse.support.errors import positive_float, positive_int, require
+from cpcourse.support.request import check_nproc
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86_400.0  # a day: longer is no wall-clock limit at all
-MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
-
-
-def check_nproc(nproc, flag: str = "nproc") -> int:
-    """`nproc` as a whole number of local ranks in 1 .. MAX_NPROC, or an InputError naming
-    `flag` (the commands check it before anything else, with their own flag's name)."""
-    nproc = positive_int(flag, nproc)
-    require(nproc <= MAX_NPROC, f"{flag} {nproc} is more local processes than cpcourse starts: "
-            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
-    return nproc
 
 
 class RankResults(list):
