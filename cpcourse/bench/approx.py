@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
     from cpcourse.approx.rank import WHOLE_VIDEO
     from cpcourse.runs.approx import SPLITS, approx_sweep, check_approx
     from cpcourse.tinydit.moving_shapes import PROMPTS, parse_prompt
-    from cpcourse.tinydit.sampling import single_process_sample
+    from cpcourse.tinydit.sampling import Sampling, single_process_sample
     from cpcourse.tinydit.training import SAMPLE_STEPS, check_eval_seeds, to_clip
 
     p = ArgumentParser(prog="cpcourse bench approx", description=__doc__.split("\n")[0])
@@ -83,8 +83,9 @@ def main(argv: list[str]) -> int:
                                                  **split)) for t in thresholds]
     names = [name for name in PROMPTS for _ in range(seeds)]
     cases = [[list(parse_prompt(name)), s] for name in PROMPTS for s in range(seeds)]
-    spec = plan[0][2].run.rank_spec()
-    exact = [to_clip(single_process_sample({**spec, "label": c, "seed": s})) for c, s in cases]
+    exact_run = plan[0][2].run
+    exact = [to_clip(single_process_sample(Sampling.of(exact_run, cond=c, seed=s)))
+             for c, s in cases]
     # every row's clips in one launch: start-up, not sampling, is most of a small launch
     sweep = approx_sweep([req for _, _, req in plan], cases)
     rows = [_row(name, w, clips, names, exact) for (name, w, _), clips in zip(plan, sweep,

@@ -23,18 +23,22 @@ from cpcourse.support.errors import ArgumentParser, positive_int, require
 LAYOUTS = ("cfg=2", "ring=2", "ulysses=2", "tp=2")
 
 
-def _spec(frames: int, size: int, hidden: int, depth: int, steps: int) -> dict:
+def _sampling(frames: int, size: int, hidden: int, depth: int, steps: int):
+    """The run every layout and the one process sample: the random full-3D DiT, fp32."""
     from cpcourse.tinydit.model import DiTConfig
+    from cpcourse.tinydit.sampling import Sampling
 
     cfg = DiTConfig(attention="full", hidden=hidden, heads=4, depth=depth)
-    return {"model": cfg.as_dict(), "weights": None, "dtype": "fp32", "weight_seed": 0,
-            "seed": 0, "shape": [1, 4, frames, size, size], "steps": steps, "cfg_scale": 4.0,
-            "label": 3, "temporal_method": "all_to_all", "full_method": "ring",
-            "measure_memory": False}
+    return Sampling(cfg=cfg, path=None, dtype="fp32", weight_seed=0, seed=0,
+                    shape=(1, 4, frames, size, size), steps=steps, cfg_scale=4.0, cond=3,
+                    measure_memory=False)
 
 
-def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
-    """Every rank: each layout `repeats` times; its frames, best sampling time and bytes."""
+def bench_rank(run, layouts: list[str], repeats: int) -> list[dict]:
+    """Every rank: each layout `repeats` times on the `Sampling` `run`; its frames, best
+    sampling time and bytes."""
+    from dataclasses import replace
+
     from cpcourse.support.layout import Layout
     from cpcourse.tinydit.sampling import generate_mesh_rank
 
@@ -42,7 +46,7 @@ def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
     for text in layouts:
         best, last = None, None
         for _ in range(repeats):
-            last = generate_mesh_rank({**spec, "layout": Layout.parse(text).as_dict()})
+            last = generate_mesh_rank(replace(run, layout=Layout.parse(text)))
             seconds = sum(last["step_seconds"])
             best = seconds if best is None else min(best, seconds)
         out.append({"layout": text, "seconds": best, "frames": last["frames"],
@@ -52,15 +56,15 @@ def bench_rank(spec: dict, layouts: list[str], repeats: int) -> list[dict]:
     return out
 
 
-def _single(spec: dict, repeats: int, threads: int) -> tuple[float, torch.Tensor]:
+def _single(run, repeats: int, threads: int) -> tuple[float, torch.Tensor]:
+    """The `Sampling` `run` in this process with `threads` threads: best time, the latents."""
     from cpcourse.support.dtypes import torch_dtype
-    from cpcourse.tinydit.sampling import as_sampling, initial_noise, sample, spec_model
+    from cpcourse.tinydit.sampling import initial_noise, sample, spec_model
 
-    run = as_sampling(spec)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        model = spec_model(spec)
+        model = spec_model(run)
         noise = initial_noise(run.shape, run.seed, torch_dtype(run.dtype))
         best, out = None, None
         for _ in range(repeats):
@@ -77,10 +81,10 @@ def run_mesh(frames: int = 8, size: int = 16, hidden: int = 64, depth: int = 2, 
     from cpcourse.launch import launch
     from cpcourse.tinydit.sampling import mesh_shards
 
-    spec = _spec(frames, size, hidden, depth, steps)
-    single_s, ref = _single(spec, repeats, threads=2)
+    run = _sampling(frames, size, hidden, depth, steps)
+    single_s, ref = _single(run, repeats, threads=2)
     results = launch("cpcourse.bench.mesh:bench_rank", 2, timeout=timeout, threads=1,
-                     args=(spec, list(LAYOUTS), repeats), stream=False)
+                     args=(run, list(LAYOUTS), repeats), stream=False)
     rows = []
     for i, text in enumerate(LAYOUTS):
         per_rank = [r[i] for r in results]
@@ -92,9 +96,10 @@ def run_mesh(frames: int = 8, size: int = 16, hidden: int = 64, depth: int = 2, 
                      "bytes_per_step_by_dim": per_rank[0]["bytes_per_step"],
                      "bytes_match_prediction": all(
                          r["bytes_per_step"] == r["predicted_bytes_per_step"] for r in per_rank)})
-    return {"model": spec["model"], "shape": spec["shape"], "steps": steps, "repeats": repeats,
-            "threads_single": 2, "threads_per_rank": 1, "seconds_single": round(single_s, 4),
-            "layouts": rows, "cfg_parallel_ratio": rows[0]["ratio_to_single"],
+    return {"model": run.cfg.as_dict(), "shape": list(run.shape), "steps": steps,
+            "repeats": repeats, "threads_single": 2, "threads_per_rank": 1,
+            "seconds_single": round(single_s, 4), "layouts": rows,
+            "cfg_parallel_ratio": rows[0]["ratio_to_single"],
             "cfg_parallel_within_1_05": rows[0]["ratio_to_single"] <= 1.05}
 
 

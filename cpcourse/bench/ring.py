@@ -24,10 +24,11 @@ import json
 import sys
 from dataclasses import dataclass
 
-from cpcourse.support.errors import ArgumentParser, positive_int, require
+from cpcourse.support.errors import positive_int, require
 from cpcourse.support.modes import ALWAYS, refuse_inactive
 from cpcourse.support.peak_memory import require_fits
-from cpcourse.support.request import check_common, fields, flag
+from cpcourse.support.request import check_common, flag
+from cpcourse.support.request_flags import build_parser, mode_table, request_values
 
 METHODS = ("ring_overlap", "ring_blocking", "allgather", "ulysses", "torch_cp", "fused")
 LABELS = {"ring_overlap": "ring (overlapped)", "ring_blocking": "ring (blocking)",
@@ -41,19 +42,17 @@ class RingBenchRequest:
     `bench_rank(req)` reads them on every rank. `methods`: a comma-separated text or a tuple,
     a tuple once made."""
 
-    nproc: int = flag(2, "ranks")
-    seq_len: int = flag(16384, "tokens L")
-    heads: int = flag(8, "heads H")
-    head_dim: int = flag(64, "channels per head D")
-    repeats: int = flag(3, "timed rounds after a warm-up")
-    timeout: float = flag(600.0, "seconds the ranks may run")
+    nproc: int = flag(2, "ranks", acts="sized")
+    seq_len: int = flag(16384, "tokens L", acts="not_quick")
+    heads: int = flag(8, "heads H", acts="sized")
+    head_dim: int = flag(64, "channels per head D", acts="sized")
+    repeats: int = flag(3, "timed rounds after a warm-up", acts="not_quick")
+    timeout: float = flag(600.0, "seconds the ranks may run", acts="launched")
     methods: tuple | str = flag(",".join(METHODS), "comma-separated subset of "
-                                + ",".join(METHODS))
+                                + ",".join(METHODS), acts="launched")
 
     def __post_init__(self):
-        check_common(self)
-        for name in ("seq_len", "heads", "head_dim", "repeats"):
-            positive_int(name, getattr(self, name))
+        check_common(self, whole=("seq_len", "heads", "head_dim", "repeats"))
         require(self.repeats <= 1000, f"repeats {self.repeats}: use at most 1000")
         methods = self.methods
         if isinstance(methods, str):
@@ -74,16 +73,9 @@ class RingBenchRequest:
 
 
 def _parser() -> argparse.ArgumentParser:
-    # spelled here, not built from RingBenchRequest: `cpcourse.cli.from_request` is above bench
-    p = ArgumentParser(prog="cpcourse bench ring", description=__doc__.split("\n")[0])
-    p.add_argument("--nproc", type=int, default=2)
-    p.add_argument("--seq-len", type=int, default=16384)
-    p.add_argument("--heads", type=int, default=8)
-    p.add_argument("--head-dim", type=int, default=64)
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--timeout", type=float, default=600.0)
-    p.add_argument("--methods", default=",".join(METHODS),
-                   help="comma-separated subset of " + ",".join(METHODS))
+    """RingBenchRequest's fields as flags (`cpcourse.support.request_flags`), --json, and the
+    flags of the modes that are not one launch of the Request."""
+    p = build_parser("cpcourse bench ring", RingBenchRequest, __doc__.split("\n")[0])
     p.add_argument("--quick", action="store_true", help="L=1024, one repeat: for tests")
     p.add_argument("--small", action="store_true",
                    help="per-call overhead at 64, 256 and 1,024 tokens per rank (2 ranks)")
@@ -92,16 +84,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="no processes: P virtual ranks' blockwise attention + merge on one "
                         "device against one fused call over the whole sequence")
     p.add_argument("--device", default=None, help="for --compute-only: cpu or cuda")
-    p.add_argument("--json", action="store_true", help="print one JSON object")
     return p
 
 
 # Each flag with the mode it acts in (`cpcourse.support.modes`): --small measures per-call overhead
 # on its own fixed sizes, --compute-only runs no processes, --quick fixes the length and repeats.
-MODE_FLAGS = {"json": ALWAYS, "small": ALWAYS, "calls": "small", "nproc": "sized",
-              "heads": "sized", "head_dim": "sized", "quick": "sized", "compute_only": "sized",
-              "seq_len": "not_quick", "repeats": "not_quick", "device": "compute_only",
-              "methods": "launched", "timeout": "launched"}
+# The Request's flags say theirs in their fields (`acts`).
+MODE_FLAGS = {"json": ALWAYS, "small": ALWAYS, "calls": "small", "quick": "sized",
+              "compute_only": "sized", "device": "compute_only"} | mode_table(RingBenchRequest)
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
@@ -236,7 +226,7 @@ def main(argv: list[str]) -> int:
         calls = positive_int("--calls", args.calls)
         require(calls <= 1000, f"--calls {calls}: use at most 1000")
         return overhead.main(calls, args.json)
-    values = {f.name: getattr(args, f.name) for f in fields(RingBenchRequest)}
+    values = request_values(RingBenchRequest, args)
     if args.quick:
         values.update(seq_len=1024, repeats=1)
     req = RingBenchRequest(**values)

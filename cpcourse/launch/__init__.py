@@ -16,15 +16,10 @@ import sys
 import types
 
 from cpcourse.launch.errors import LaunchError, LaunchTimeout, RankError
-from cpcourse.launch.launcher import (
-    DEFAULT_TIMEOUT_S,
-    MAX_NPROC,
-    RankResults,
-    check_nproc,
-    launch,
-)
+from cpcourse.launch.launcher import DEFAULT_TIMEOUT_S, RankResults, launch
 from cpcourse.launch.magic import register_magics, torchrun_cell
 from cpcourse.launch.torchrun import RankDone, TorchrunRank, torchrun_rank
+from cpcourse.support.request import MAX_NPROC, check_nproc
 
 __all__ = ["DEFAULT_TIMEOUT_S", "MAX_NPROC", "LaunchError", "LaunchTimeout", "RankError",
            "RankDone", "RankResults", "TorchrunRank", "check_nproc", "launch", "register_magics",

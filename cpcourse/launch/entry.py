@@ -28,6 +28,8 @@ import sys
 import time
 import traceback
 
+from cpcourse.launch.call import RankSpec
+
 _KEEP = []  # files that must stay open for the life of the process (faulthandler's target)
 
 
@@ -174,8 +176,7 @@ def _run_rank(run_dir: str) -> int:
     out, err = _RankStream(1, prefix, lock), _RankStream(2, prefix, lock)
     sys.stdout, sys.stderr = out, err
     _set_parent_death_signal(signal.SIGKILL)
-    with open(os.path.join(run_dir, "spec.json")) as fh:
-        spec = json.load(fh)
+    spec = RankSpec.read(run_dir)
     stack = open(os.path.join(run_dir, f"rank{rank}.stack"), "w")  # noqa: SIM115
     _KEEP.append(stack)
     faulthandler.register(signal.SIGUSR1, file=stack, all_threads=True)
@@ -185,17 +186,17 @@ def _run_rank(run_dir: str) -> int:
     try:
         import torch
 
-        torch.set_num_threads(int(spec["threads"]))
-        if spec["init"]:
+        torch.set_num_threads(int(spec.threads))
+        if spec.init:
             from cpcourse.support import groups as cpdist
 
-            cpdist.init(spec.get("backend"))
+            cpdist.init(spec.backend)
         with open(os.path.join(run_dir, "args.pkl"), "rb") as fh:
             args, kwargs = pickle.load(fh)
-        fn = _resolve(spec["target"])
+        fn = _resolve(spec.target)
         # From here on the launcher's `timeout` runs (start-up has a limit of its own).
         _write_atomic(os.path.join(run_dir, f"rank{rank}.started"), b"")
-        value = call_target(spec["target"], args, kwargs, fn)
+        value = call_target(spec.target, args, kwargs, fn)
         try:
             data = pickle.dumps(to_cpu(value))
         except Exception as exc:  # noqa: BLE001  (reported, not raised: the run itself worked)

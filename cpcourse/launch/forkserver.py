@@ -13,9 +13,10 @@ threads), which is why the ranks are not forked from the agent. "exec": each ran
 
 from __future__ import annotations
 
-import json
 import os
 import sys
+
+from cpcourse.launch.call import RankSpec
 
 ENV_START = "CPCOURSE_RANK_START"
 START_METHODS = ("forkserver", "exec")
@@ -39,8 +40,7 @@ def start_method(env=None) -> str:
 def preload_modules(run_dir: str) -> list[str]:
     """What the fork server imports before forking ranks: torch, the rank's own start-up, and
     the target's module when it is cpcourse's (a user's module may do anything on import)."""
-    with open(os.path.join(run_dir, "spec.json")) as fh:
-        target = json.load(fh)["target"]
+    target = RankSpec.read(run_dir).target
     where = target.rsplit(":", 1)[0] if ":" in target else ""
     mine = [where] if where.startswith("cpcourse.") and os.sep not in where else []
     return ["torch", "torch.distributed", "cpcourse.support.groups", "cpcourse.launch.entry",

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import json
 import os
 import pickle
 import queue
@@ -36,25 +35,16 @@ import threading
 import time
 import uuid
 
-from cpcourse.launch.call import RankCall
+from cpcourse.launch.call import RankCall, RankSpec
 from cpcourse.launch.forkserver import start_method
 from cpcourse.launch.sweep import sweep_stale, write_owner
 from cpcourse.launch.torchrun import run_here, torchrun_rank
 from cpcourse.launch.watch import Run, collect, watch
 from cpcourse.support.errors import positive_float, positive_int, require
+from cpcourse.support.request import check_nproc
 
 DEFAULT_TIMEOUT_S = 120.0
 MAX_TIMEOUT_S = 86_400.0  # a day: longer is no wall-clock limit at all
-MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
-
-
-def check_nproc(nproc, flag: str = "nproc") -> int:
-    """`nproc` as a whole number of local ranks in 1 .. MAX_NPROC, or an InputError naming
-    `flag` (the commands check it before anything else, with their own flag's name)."""
-    nproc = positive_int(flag, nproc)
-    require(nproc <= MAX_NPROC, f"{flag} {nproc} is more local processes than cpcourse starts: "
-            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
-    return nproc
 
 
 class RankResults(list):
@@ -206,9 +196,7 @@ def _start(target: str, nproc: int, call: RankCall) -> Run:
     run = Run(nproc, tempfile.mkdtemp(prefix="cpcourse-launch-"), f"cpcourse-{uuid.uuid4().hex}",
               call.stream)
     write_owner(run.run_dir)  # a later launch's sweep takes the folder once these pids are dead
-    with open(os.path.join(run.run_dir, "spec.json"), "w") as fh:
-        json.dump({"target": _absolute(target),
-                   "threads": threads, "init": call.init, "backend": backend}, fh)
+    RankSpec(_absolute(target), threads, call.init, backend).write(run.run_dir)
     with open(os.path.join(run.run_dir, "args.pkl"), "wb") as fh:
         pickle.dump((tuple(call.args), dict(call.kwargs or {})), fh)
     child_env = {**os.environ, "OMP_NUM_THREADS": str(threads), "PYTHONUNBUFFERED": "1",

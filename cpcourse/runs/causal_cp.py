@@ -23,7 +23,7 @@ import torch
 
 from cpcourse.launch import launch
 from cpcourse.support.errors import require
-from cpcourse.support.request import check_common, flag, whole
+from cpcourse.support.request import check_common, flag
 
 
 @dataclass(frozen=True)
@@ -40,9 +40,7 @@ class CausalRequest:
     timeout: float = flag(120.0, "seconds the ranks may run")
 
     def __post_init__(self):
-        check_common(self)
-        for name in ("frames", "chunk", "tokens_per_frame", "heads", "head_dim"):
-            whole(name, getattr(self, name))
+        check_common(self, whole=("frames", "chunk", "tokens_per_frame", "heads", "head_dim"))
         require(self.chunk <= self.frames,
                 f"a chunk of {self.chunk} frames is longer than the clip ({self.frames})")
 

@@ -16,7 +16,6 @@ import time
 from dataclasses import dataclass
 
 from cpcourse.support.dtypes import TORCH_NAMES
-from cpcourse.support.errors import positive_int
 from cpcourse.support.peak_memory import require_fits
 from cpcourse.support.request import check_common, flag
 
@@ -41,9 +40,7 @@ class DemoRequest:
     timeout: float = flag(120.0, "seconds for the ring run")
 
     def __post_init__(self):
-        check_common(self)
-        for name in ("seq_len", "heads", "head_dim", "batch"):
-            positive_int(name, getattr(self, name))
+        check_common(self, whole=("seq_len", "heads", "head_dim", "batch"))
         # Every rank builds the whole q, k, v and keeps its output; the checker holds the same
         elems = self.batch * self.heads * self.seq_len * self.head_dim
         require_fits((self.nproc + 1) * 4 * elems * 4, f"seq_len {self.seq_len} on "

@@ -147,16 +147,6 @@ class GenerateRequest:
         b, c, t, h, w = self.shape
         return (t, c, h, w) if self.trained else self.shape
 
-    def rank_spec(self) -> dict:
-        """The run as a dict, for the ranks that still take one (approx, windows)."""
-        spec = {"model": self.cfg.as_dict(), "weights": self.path, "dtype": self.dtype,
-                "weight_seed": self.weight_seed, "seed": self.seed, "shape": list(self.shape),
-                "steps": self.steps, "cfg_scale": self.cfg_scale, "label": self.cond,
-                "temporal_method": self.temporal_method, "full_method": self.full_method}
-        if self.layout is not None:
-            spec["layout"] = self.layout.as_dict()
-        return spec
-
 
 def rank(req: GenerateRequest) -> dict:
     """On each rank: its frames of the sample `[B, C, T/P, Hl, Wl]`, its peak memory, its time

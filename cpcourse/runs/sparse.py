@@ -39,7 +39,7 @@ from cpcourse.sparse.cp import (
     tokens_of_ranks,
     ulysses_sparse,
 )
-from cpcourse.support.errors import positive_int, require
+from cpcourse.support.errors import require
 from cpcourse.support.request import check_common, flag
 from cpcourse.support.shards import shard_sizes
 from cpcourse.support.tolerance import tolerance
@@ -73,9 +73,7 @@ class SparseRequest:
     timeout: float = flag(120.0, "seconds the ranks may run")
 
     def __post_init__(self):
-        check_common(self)
-        for name in ("frames", "height", "width", "heads", "head_dim"):
-            positive_int(name, getattr(self, name))
+        check_common(self, whole=("frames", "height", "width", "heads", "head_dim"))
         length = self.frames * self.height * self.width
         require(length <= 4096, f"frames x height x width = {length} tokens: use at most 4096 "
                 "(the reference materialises L x L scores per head)")

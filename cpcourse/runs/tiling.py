@@ -18,7 +18,8 @@ from dataclasses import dataclass
 import torch
 
 from cpcourse.launch import launch
-from cpcourse.support.errors import InputError, positive_int, require, seed_int
+from cpcourse.support.errors import InputError, positive_int, require
+from cpcourse.support.request import check_common
 
 DTYPES = {"fp32": torch.float32, "fp64": torch.float64}
 DEFAULT_GRIDS = ((1, 4), (2, 2), (4, 1), (3, 3))
@@ -65,7 +66,7 @@ class TilingRequest:
                 "(each tensor is that many numbers)")
         require(self.dtype in DTYPES, f"dtype must be one of {', '.join(DTYPES)}, got "
                 f"{self.dtype!r}")
-        seed_int("seed", self.seed)
+        check_common(self)  # the seed, as every Request checks it
 
 
 def _inputs(req: TilingRequest):

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
-from cpcourse.launch import check_nproc, launch
+from cpcourse.launch import launch
 from cpcourse.support.errors import positive_int, require, seed_int
-from cpcourse.support.request import flag
+from cpcourse.support.request import check_nproc, flag
 from cpcourse.support.shards import shard_offsets, shard_sizes
 from cpcourse.support.tolerance import training_tolerance
 

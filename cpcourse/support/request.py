@@ -6,9 +6,9 @@ A runner in `cpcourse.runs` declares what one run takes as a frozen dataclass (`
 whose fields are made with `flag(default, help, ...)`: the field's name is the parameter, and
 its metadata is what the command line needs (the help text, the choices, when the flag acts).
 `__post_init__` checks the values, so a Request that exists is a valid run, built the same way
-from Python, a notebook or the command line (`cpcourse.cli.from_request` turns the fields into
-argparse flags). The rank functions receive the Request itself and read `req.frames`, never a
-string-keyed dict: one spelling from the flag to the rank.
+from Python, a notebook or the command line (`cpcourse.support.request_flags` turns the fields
+into argparse flags). The rank functions receive the Request itself and read `req.frames`,
+never a string-keyed dict: one spelling from the flag to the rank.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import dataclasses
 from cpcourse.support.errors import positive_float, positive_int, require, seed_int
 from cpcourse.support.modes import ALWAYS
 
-MAX_NPROC = 64  # local ranks, as `cpcourse.launch` allows
+MAX_NPROC = 64  # local ranks; past this a launch only thrashes (and 1000 never finished starting)
 
 
 def flag(default=dataclasses.MISSING, help: str = "", *, choices=None, acts: str = ALWAYS,
@@ -37,21 +37,32 @@ def fields(cls) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))
 
 
-def check_common(req) -> None:
-    """The checks every Request with these fields shares: `nproc`, `seed`, `timeout`, and each
-    field's declared `choices`. Library words (the parameter's name), not flags."""
+def check_nproc(nproc, flag: str = "nproc") -> int:
+    """`nproc` as a whole number of local ranks in 1 .. MAX_NPROC, or an InputError naming
+    `flag` (every Request through `check_common`, `cpcourse.launch` and the commands that take
+    --nproc outside a Request check it here, each with its own name for it)."""
+    nproc = positive_int(flag, nproc)
+    require(nproc <= MAX_NPROC, f"{flag} {nproc} is more local processes than cpcourse starts: "
+            f"use {MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
+    return nproc
+
+
+def check_common(req, whole: tuple[str, ...] = ()) -> None:
+    """The checks every Request with these fields shares: `nproc`, `seed`, `timeout`, each
+    field's declared `choices`, then the fields named in `whole` (each a whole number > 0).
+    Library words (the parameter's name), not flags."""
     for f in fields(type(req)):
         value, choices = getattr(req, f.name), f.metadata.get("choices")
         if choices and value is not None and value not in choices:  # None: left unset
             raise_choice(f.name, value, choices)
     if getattr(req, "nproc", None) is not None:  # None: the Request's own default, later
-        n = positive_int("nproc", req.nproc)  # as `cpcourse.launch.check_nproc` says it
-        require(n <= MAX_NPROC, f"nproc {n} is more local processes than cpcourse starts: use "
-                f"{MAX_NPROC} or fewer (more ranks than cores only oversubscribe the machine)")
+        check_nproc(req.nproc)
     if hasattr(req, "seed"):
         seed_int("seed", req.seed)
     if getattr(req, "timeout", None) is not None:  # None: the Request's own default, later
         positive_float("timeout", req.timeout, high=86_400)
+    for name in whole:
+        positive_int(name, getattr(req, name))
 
 
 def raise_choice(name: str, value, choices) -> None:

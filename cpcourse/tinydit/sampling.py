@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -100,8 +100,8 @@ class Sampling:
     """What a sampling rank reads: `cfg` the DiT's config, `path` its weights file (None: the
     seeded random DiT from `weight_seed`), `shape` the latents' [B, C, T, Hl, Wl], `cond` the
     label (a class id, or a (shape, motion) pair). `cpcourse.runs.generate.GenerateRequest`
-    has these same attributes, so a rank takes the Request itself; tests and benchmarks that
-    write dicts get one from `as_sampling`."""
+    has these same attributes, so a rank takes the Request itself; `Sampling.of(req, seed=1)`
+    is the same run with some inputs changed (a benchmark's or a test's own cases)."""
 
     cfg: DiTConfig
     path: str | None
@@ -117,39 +117,25 @@ class Sampling:
     layout: object = None  # a `cpcourse.support.layout.Layout` for `generate_mesh_rank`
     measure_memory: bool = True  # False: no peak tracking (it slows every op; a benchmark)
 
-
-def as_sampling(spec):
-    """A `Sampling` from a dict of the rank's inputs (model, weights, dtype, weight_seed, seed,
-    shape, steps, cfg_scale, label, temporal_method, full_method, and layout as a dict), or
-    `spec` itself when it already has the attributes (a Request)."""
-    if not isinstance(spec, dict):
-        return spec
-    from cpcourse.support.layout import Layout
-
-    get = spec.get
-    return Sampling(cfg=DiTConfig(**spec["model"]), path=get("weights"), dtype=spec["dtype"],
-                    weight_seed=get("weight_seed", 0), seed=spec["seed"],
-                    shape=tuple(spec["shape"]), steps=spec["steps"],
-                    cfg_scale=spec["cfg_scale"], cond=spec["label"],
-                    temporal_method=get("temporal_method", "all_to_all"),
-                    full_method=get("full_method", "ring"),
-                    layout=Layout(**get("layout")) if get("layout") else None,
-                    measure_memory=get("measure_memory", True))
+    @classmethod
+    def of(cls, run, **changes) -> Sampling:
+        """The Sampling of `run` (anything with these attributes: a GenerateRequest, another
+        Sampling), each input read by name, with `changes` in place of some (`seed=3`)."""
+        return cls(**{f.name: getattr(run, f.name) for f in fields(cls)} | changes)
 
 
-def spec_model(spec):
-    """The model a sampling run names (a `Sampling`, a Request or a dict): trained weights from
-    a file, else the seeded random DiT (the same on every rank, no broadcast needed)."""
-    s = as_sampling(spec)
+def spec_model(s):
+    """The model a sampling run `s` names (a `Sampling` or a Request): trained weights from a
+    file, else the seeded random DiT (the same on every rank, no broadcast needed)."""
     dtype = torch_dtype(s.dtype)
     if s.path:
         return load_weights(s.path, dtype)[0]
     return build_model(s.cfg, s.weight_seed, dtype)
 
 
-def single_process_sample(spec) -> torch.Tensor:
-    """The reference: the same run sampled in this process, whole video, no process group."""
-    s = as_sampling(spec)
+def single_process_sample(s) -> torch.Tensor:
+    """The reference: the run `s` (a `Sampling` or a Request) sampled in this process, whole
+    video [B, C, T, Hl, Wl], no process group."""
     model = spec_model(s)
     noise = initial_noise(tuple(s.shape), s.seed, torch_dtype(s.dtype))
     return sample(model, noise, s.cond, s.steps, s.cfg_scale)
@@ -172,15 +158,14 @@ def _step_times(rank: int, total: int) -> list:
     return _StepsSaid(total) if rank == 0 and os.environ.get("CPCOURSE_PROGRESS") == "1" else []
 
 
-def generate_rank(spec) -> dict:
-    """What each rank runs under `cpcourse.launch` (a `Sampling`, a GenerateRequest or a dict,
-    `as_sampling`): its frames of the sample, peak memory, times."""
+def generate_rank(s) -> dict:
+    """What each rank runs under `cpcourse.launch` for the run `s` (a `Sampling` or a
+    GenerateRequest, read by field): its frames of the sample, peak memory, times."""
     import torch.distributed as dist
 
     from cpcourse.support.peak_memory import peak_memory
     from cpcourse.tinydit.costs import predicted_peak_bytes
 
-    s = as_sampling(spec)
     rank, world = dist.get_rank(), dist.get_world_size()
     model = spec_model(s)
     cfg = model.cfg
@@ -198,8 +183,8 @@ def generate_rank(spec) -> dict:
             "step_seconds": list(times)}
 
 
-def generate_mesh_rank(spec) -> dict:
-    """`generate_rank` on a `cpcourse.mesh` layout (`spec.layout`): cfg x ring x ulysses x tp.
+def generate_mesh_rank(s) -> dict:
+    """`generate_rank` on a `cpcourse.mesh` layout (`s.layout`): cfg x ring x ulysses x tp.
 
     Each rank samples the frames of its cp rank (ring x ulysses) for its cfg branch with its
     tp share of the heads; it returns them with its mesh coordinates and the bytes it sent per
@@ -214,7 +199,6 @@ def generate_mesh_rank(spec) -> dict:
     from cpcourse.tinydit.costs import predicted_bytes_per_step
     from cpcourse.tinydit.tp import tensor_parallel
 
-    s = as_sampling(spec)
     layout, rank = s.layout, dist.get_rank()
     model = spec_model(s)
     cfg = model.cfg

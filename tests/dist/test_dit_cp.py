@@ -13,7 +13,7 @@ from cpcourse.cli.generate import main
 from cpcourse.launch import launch
 from cpcourse.support.tolerance import tolerance
 from cpcourse.tinydit.model import CPContext, DiTConfig, build_model
-from cpcourse.tinydit.sampling import initial_noise, sample
+from cpcourse.tinydit.sampling import Sampling, initial_noise, sample
 
 pytestmark = pytest.mark.dist
 
@@ -23,9 +23,9 @@ CONFIGS = [("factored", "all_to_all", "ring"), ("factored", "ring", "ring"),
 
 
 def _spec(attention, temporal, full):
-    return {"model": {**DiTConfig().as_dict(), "attention": attention}, "dtype": "fp32",
-            "weight_seed": 1, "seed": 5, "shape": SHAPE, "steps": 3, "cfg_scale": 3.0,
-            "label": 2, "temporal_method": temporal, "full_method": full}
+    return Sampling(cfg=DiTConfig(attention=attention), path=None, dtype="fp32", weight_seed=1,
+                    seed=5, shape=tuple(SHAPE), steps=3, cfg_scale=3.0, cond=2,
+                    temporal_method=temporal, full_method=full)
 
 
 # The trained shapes model (shipped weights), as `cpcourse generate --prompt circle-right` runs
@@ -36,10 +36,9 @@ TRAINED = [("ring", 0), ("ulysses", 3)]
 def _trained_spec(full, seed):
     from cpcourse.tinydit.training import load_shapes_model, shipped_path
 
-    return {"model": load_shapes_model().cfg.as_dict(), "weights": shipped_path(),
-            "dtype": "fp32", "weight_seed": 0, "seed": seed, "shape": [1, 3, 8, 32, 32],
-            "steps": 12, "cfg_scale": 4.0, "label": (0, 1), "temporal_method": "all_to_all",
-            "full_method": full}
+    return Sampling(cfg=load_shapes_model().cfg, path=shipped_path(), dtype="fp32",
+                    weight_seed=0, seed=seed, shape=(1, 3, 8, 32, 32), steps=12, cfg_scale=4.0,
+                    cond=(0, 1), full_method=full)
 
 
 def many(specs):
@@ -50,7 +49,7 @@ def many(specs):
     world, rank = dist.get_world_size(), dist.get_rank()
     out = []
     for i, spec in enumerate(specs):
-        if spec["full_method"] == "ulysses" and spec["model"]["heads"] % world:
+        if spec.full_method == "ulysses" and spec.cfg.heads % world:
             out.append(None)  # Ulysses splits the heads: skip it where P does not divide H
             continue
         # each rank's global RNG in a state of its own, as a user's script may leave it: the

@@ -6,6 +6,8 @@ model, odd frame counts so the shards are uneven), torch's own tensor-parallel l
 ours, and the refusals; one launch of 8 ranks runs the 3-D layouts.
 """
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -13,7 +15,7 @@ from cpcourse.launch import launch
 from cpcourse.support.layout import Layout
 from cpcourse.support.tolerance import tolerance
 from cpcourse.tinydit.model import DiTConfig
-from cpcourse.tinydit.sampling import mesh_shards, single_process_sample
+from cpcourse.tinydit.sampling import Sampling, mesh_shards, single_process_sample
 
 pytestmark = pytest.mark.dist
 
@@ -27,17 +29,15 @@ RUNS = {4: [(m, lay) for m in ("full", "factored") for lay in LAYOUTS_4],
         8: [("full", lay) for lay in LAYOUTS_8] + [("factored", LAYOUTS_8[0])]}
 
 
-def _spec(attention: str, frames: int, rng=None) -> dict:
+def _spec(attention: str, frames: int, rng=None) -> Sampling:
     """A random DiT's sampling run; `rng` draws its weights, noise and guidance (a new case
     every session, tests/conftest.py's CPCOURSE_TEST_SEED), None the fixed case."""
     cfg = DiTConfig(attention=attention, hidden=32, heads=4, depth=2)
     weight_seed, seed, cfg_scale = ((3, 11, 3.0) if rng is None else
                                     (rng.randrange(2**31), rng.randrange(2**31),
                                      round(rng.uniform(-8.0, 8.0), 2)))
-    return {"model": cfg.as_dict(), "weights": None, "dtype": "fp32",
-            "weight_seed": weight_seed, "seed": seed, "shape": [1, 4, frames, 8, 8], "steps": 2,
-            "cfg_scale": cfg_scale, "label": 2, "temporal_method": "all_to_all",
-            "full_method": "ring"}
+    return Sampling(cfg=cfg, path=None, dtype="fp32", weight_seed=weight_seed, seed=seed,
+                    shape=(1, 4, frames, 8, 8), steps=2, cfg_scale=cfg_scale, cond=2)
 
 
 SPECS = {"full": _spec("full", 5), "factored": _spec("factored", 7)}
@@ -55,7 +55,7 @@ def on_mesh(runs: list[tuple[str, str]], specs: dict) -> dict:
     out: dict = {"runs": {}}
     for name, text in runs:
         layout = Layout.parse(text)
-        out["runs"][(name, text)] = generate_mesh_rank({**specs[name], "layout": layout.as_dict()})
+        out["runs"][(name, text)] = generate_mesh_rank(replace(specs[name], layout=layout))
     world = dist.get_world_size()
     refusals = []
     for kwargs in ({"ring": world + 1}, {"ulysses": world, "heads": world + 1},
@@ -109,7 +109,7 @@ def _torch_tp_vs_ours() -> float:
 @pytest.fixture(scope="module")
 def runs(cases_rng):
     """Each launch samples new random cases (SPECS' shapes: what the byte counts below use)."""
-    specs = {p: {name: _spec(name, s["shape"][2], cases_rng) for name, s in SPECS.items()}
+    specs = {p: {name: _spec(name, s.shape[2], cases_rng) for name, s in SPECS.items()}
              for p in RUNS}
     refs = {p: {name: (single_process_sample(spec), spec) for name, spec in specs[p].items()}
             for p in RUNS}
@@ -131,8 +131,8 @@ def test_every_layout_samples_what_one_process_samples(runs, world, model):
         ref, spec = refs[world][model]
         err = float((latents - ref).abs().max())
         # one limit for every layout: USP's merge, scaled by the outputs and the guidance
-        tol = tolerance("usp", "fp32", spec["cfg_scale"], float(ref.abs().max()))
-        assert err <= tol, f"{model} {text} {spec['seed']=} {spec['cfg_scale']=}: {err:.3g}"
+        tol = tolerance("usp", "fp32", spec.cfg_scale, float(ref.abs().max()))
+        assert err <= tol, f"{model} {text} {spec.seed=} {spec.cfg_scale=}: {err:.3g}"
         # every replica of a shard (the other cfg branch, the other tp ranks) holds the same
         for r in per_rank:
             twin = next(o for o in per_rank if o["cp_rank"] == r["cp_rank"])
@@ -155,7 +155,7 @@ def test_cfg_parallel_sends_once_per_step_not_per_layer(runs):
     _, results = runs
     r = results[4][0]["runs"][("full", "cfg=2,ring=2")]
     spec = SPECS["full"]
-    b, c, t, hl, wl = spec["shape"]
+    b, c, t, hl, wl = spec.shape
     tokens = b * 3 * (hl // 2) * (wl // 2)  # rank 0 holds 3 of the 5 frames
     assert r["bytes_per_step"]["cfg"] == tokens * c * 4 * 4  # one prediction, fp32, C*p*p = 16
 

@@ -400,6 +400,17 @@ def test_the_fork_server_preloads_only_cpcourse_targets(tmp_path):
     assert preload("mypkg.mod:fn") == base
 
 
+def test_each_rank_reads_the_launchers_spec_by_field(tmp_path):
+    """What the launcher writes into the run folder is what every rank reads back: a
+    `RankSpec`, through JSON, its fields by name."""
+    from cpcourse.launch.call import RankSpec
+
+    spec = RankSpec("cpcourse.launch.entry:rank_info", threads=3, init=False, backend="gloo")
+    spec.write(str(tmp_path))
+    assert json.loads((tmp_path / "spec.json").read_text())["threads"] == 3
+    assert RankSpec.read(str(tmp_path)) == spec
+
+
 def test_exit_codes_of_forked_ranks_come_from_their_files(tmp_path):
     (tmp_path / "rank1.exit").write_text("-11")
     (tmp_path / "rank0.exit").write_text("garbled")
