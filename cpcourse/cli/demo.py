@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.cli.from_request import build_parser, request_from_args
 from cpcourse.runs.demo import DemoRequest, run
+from cpcourse.support.request_flags import build_parser, request_from_args
 
 
 def _parser():
-    """The flags are DemoRequest's fields (`cpcourse.cli.from_request`)."""
+    """The flags are DemoRequest's fields (`cpcourse.support.request_flags`)."""
     return build_parser("cpcourse demo", DemoRequest, __doc__.split("\n")[0])
 
 

@@ -31,7 +31,6 @@ import argparse
 import json
 from dataclasses import dataclass
 
-from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.runs.approx import ApproxRequest
 from cpcourse.runs.clip_files import ClipFiles
@@ -42,6 +41,7 @@ from cpcourse.runs.stream import StreamRequest
 from cpcourse.support.errors import InputError
 from cpcourse.support.modes import given, refuse_inactive
 from cpcourse.support.request import fields, flag
+from cpcourse.support.request_flags import add_request_flags, mode_table, request_values
 from cpcourse.support.tolerance import describe
 
 ONE_CLIP = {f.name for f in fields(GenerateRequest)}  # the flags every kind of clip shares
@@ -57,7 +57,7 @@ class Selection:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The flags of one clip are GenerateRequest's fields (`cpcourse.cli.from_request`); the
+    """The flags of one clip are GenerateRequest's fields (`cpcourse.support.request_flags`); the
     files' (ClipFiles) and the other modes' flags follow."""
     from cpcourse.support.errors import ArgumentParser
 

@@ -10,17 +10,17 @@ there are ranks and reports the largest difference and both times.
 JSON keys: arch, method, nproc, tokens, split, frame_sizes (None split by tokens),
 tokens_per_rank, ulysses, ring, dtype, seconds_cp, and with --compare max_abs_err, tolerance,
 within_tolerance, ranks_identical, seconds_single, ratio.
-The flags are the fields of `cpcourse.runs.models.ModelsRequest` (`cpcourse.cli.from_request`).
+The flags are the fields of `cpcourse.runs.models.ModelsRequest` (`cpcourse.support.request_flags`).
 """
 
 from __future__ import annotations
 
 import json
 
-from cpcourse.cli.from_request import build_parser as request_parser
-from cpcourse.cli.from_request import mode_table, request_conditions, request_from_args
 from cpcourse.cli.progress import running
 from cpcourse.runs.models import ModelsRequest, run
+from cpcourse.support.request_flags import build_parser as request_parser
+from cpcourse.support.request_flags import mode_table, request_conditions, request_from_args
 
 # Where each flag acts: every flag once (see cpcourse.support.modes), from the Request's fields.
 MODE_FLAGS = mode_table(ModelsRequest)

@@ -15,19 +15,19 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.cli.from_request import (
+from cpcourse.runs.sparse import SparseRequest, run
+from cpcourse.support.errors import ArgumentParser
+from cpcourse.support.modes import ALWAYS
+from cpcourse.support.request_flags import (
     add_request_flags,
     mode_table,
     request_conditions,
     request_from_args,
 )
-from cpcourse.runs.sparse import SparseRequest, run
-from cpcourse.support.errors import ArgumentParser
-from cpcourse.support.modes import ALWAYS
 
 
 def build_parser():
-    """The flags are SparseRequest's fields (`cpcourse.cli.from_request`), and --compare."""
+    """The flags are SparseRequest's fields (`cpcourse.support.request_flags`), and --compare."""
     p = ArgumentParser(prog="cpcourse sparse", description=__doc__.split("\n")[0])
     add_request_flags(p, SparseRequest)
     p.add_argument("--compare", action="store_true",

@@ -22,10 +22,10 @@ import json
 import os
 import sys
 
-from cpcourse.cli.from_request import add_request_flags, mode_table, request_values
 from cpcourse.runs.train_cp import TrainCPRequest
 from cpcourse.support.errors import positive_float, positive_int, require, seed_int
 from cpcourse.support.modes import ALWAYS, refuse_inactive
+from cpcourse.support.request_flags import add_request_flags, mode_table, request_values
 
 
 def build_parser():

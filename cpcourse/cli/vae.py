@@ -8,7 +8,7 @@ download) on every rank and decodes the same seeded latents of a `--frames` x `-
 decodes in this process too: the largest difference and both peaks and times. `--tiled` adds
 diffusers' own tiled decode (small tiles), its error at the seams and inside. `--save` writes
 the decoded video `[B, 3, F, H, W]` (torch.save); the same seed gives the same pixels at any P.
-The flags are the fields of `cpcourse.runs.vae.VaeRequest` (`cpcourse.cli.from_request`).
+The flags are the fields of `cpcourse.runs.vae.VaeRequest` (`cpcourse.support.request_flags`).
 JSON keys: arch, nproc, dtype, video_shape, rows_per_rank, seconds_cp, peak_bytes_per_rank,
 halo_bytes, and with --compare max_abs_err, tolerance, within_tolerance, peak_bytes_single,
 predicted_peak_bytes_per_rank, seconds_single; with --tiled "tiled".
@@ -18,10 +18,10 @@ from __future__ import annotations
 
 import json
 
-from cpcourse.cli.from_request import build_parser as request_parser
-from cpcourse.cli.from_request import mode_table, request_conditions, request_from_args
 from cpcourse.cli.progress import running
 from cpcourse.runs.vae import VaeRequest, run
+from cpcourse.support.request_flags import build_parser as request_parser
+from cpcourse.support.request_flags import mode_table, request_conditions, request_from_args
 
 MODE_FLAGS = mode_table(VaeRequest)  # every flag of `vae` always acts
 

@@ -242,7 +242,7 @@ def _request_flags() -> set[str]:
     import pkgutil
 
     import cpcourse.runs
-    from cpcourse.cli.from_request import options
+    from cpcourse.support.request_flags import options
 
     found: set[str] = set()
     for info in pkgutil.iter_modules(cpcourse.runs.__path__):
@@ -263,7 +263,7 @@ def test_library_parameters_map_to_real_flags():
 
     src = "".join(p.read_text() for p in Path(cpcourse.__file__).parent.rglob("*.py"))
     flags = set(re.findall(r"add_argument\(\s*\"(--[a-z0-9-]+)\"", src))
-    flags |= _request_flags()  # the flags built from a Request's fields (cli.from_request)
+    flags |= _request_flags()  # the flags built from a Request's fields (support.request_flags)
     assert not set(PARAM_FLAGS.values()) - flags
     assert as_flags("cp 9 is larger than the 4 tokens: use cp=4 or fewer, or `nproc` 2") == \
         "--cp 9 is larger than the 4 tokens: use --cp 4 or fewer, or --nproc 2"

@@ -10,10 +10,10 @@ import dataclasses
 import pytest
 
 from cpcourse.cli import main
-from cpcourse.cli.from_request import build_parser, mode_table, request_from_args
 from cpcourse.runs.vae import VaeRequest, as_request
 from cpcourse.support.errors import InputError
 from cpcourse.support.request import check_common, flag
+from cpcourse.support.request_flags import build_parser, mode_table, request_from_args
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,8 +91,8 @@ class OldFlagRequest:
 
 
 def test_a_spelled_flag_a_derived_field_and_unset_defaults():
-    from cpcourse.cli.from_request import add_request_flags, options, request_values
     from cpcourse.support.errors import ArgumentParser
+    from cpcourse.support.request_flags import add_request_flags, options, request_values
 
     assert options(OldFlagRequest) == ["--temporal", "--steps"]  # `doubled` is no flag
     p = ArgumentParser(prog="toy")
