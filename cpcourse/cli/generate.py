@@ -150,12 +150,6 @@ def main_one_clip(args: argparse.Namespace) -> int:
     """One clip by exact CP: the Request (checked), the --compare-to file, the run, the files."""
     from cpcourse.runs.generate import run
 
-    if args.attention == "factored" and args.full_method is not None:
-        raise InputError("--full chooses how full 3D attention runs: it needs --attention full "
-                         "(factored attention takes --temporal)")
-    if args.attention == "full" and args.temporal_method is not None:
-        raise InputError("--temporal chooses how temporal attention runs: it needs --attention "
-                         "factored (full attention takes --full)")
     files = ClipFiles(**request_values(ClipFiles, args))  # checked before any start
     other = files.load_compare()
     req = GenerateRequest(**request_values(GenerateRequest, args))

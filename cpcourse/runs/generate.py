@@ -80,6 +80,13 @@ class GenerateRequest:
     cond: object = _derived()
 
     def __post_init__(self):
+        # each method flag belongs to one kind of attention: the other's is a silent no-op
+        require(not (self.attention == "factored" and self.full_method is not None),
+                "`full_method` chooses how full 3D attention runs: it needs `attention` full "
+                "(factored attention takes `temporal_method`)")
+        require(not (self.attention == "full" and self.temporal_method is not None),
+                "`temporal_method` chooses how temporal attention runs: it needs `attention` "
+                "factored (full attention takes `full_method`)")
         path, trained_cfg = weights_config(self.weights)
         defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
         unset = {"temporal_method": "all_to_all", "full_method": "ring", "timeout": 120.0,

@@ -121,6 +121,18 @@ def test_generate_requests_take_the_weights_defaults_and_refuse_by_name():
         GenerateRequest(layout="ring=2", nproc=3)
     with pytest.raises(InputError, match="^give `approx` or `cache`"):
         ApproxRequest()
+    with pytest.raises(InputError, match="^`full_method` chooses how full 3D attention"):
+        GenerateRequest(weights="random", attention="factored", full_method="ring")
+    with pytest.raises(InputError, match="^`temporal_method` chooses how temporal attention"):
+        GenerateRequest(weights="random", attention="full", temporal_method="ring")
+
+
+def test_generate_names_the_flag_of_a_method_for_the_other_attention(capsys):
+    assert main(["generate", "--weights", "random", "--attention", "factored",
+                 "--full", "ring"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1, err
+    assert "--full chooses how full 3D attention runs: it needs --attention full" in err, err
 
 
 @pytest.mark.parametrize("argv, says", [
