@@ -20,7 +20,7 @@ overlapping windows. `--approx naive|displaced|pipefusion|asyncdiff` (with `--wa
 `--patches`, `--split`) and `--cache fbcache` sample by an approximate method instead,
 `--compare` then against the exact clip; `--comm-dtype` sends attention's traffic in fp8/bf16.
 Each mode's flags are the fields of its Request in `cpcourse.runs` (generate, long_video,
-stream, approx, comm_generate), the files' flags those of `cpcourse.runs.clip_files.ClipFiles`
+stream, approx, comm_generate), the files' flags those of `cpcourse.support.out_files.ClipFiles`
 and the two that pick what runs those of `Selection`: this module builds the parser from them,
 picks the mode, refuses a flag that cannot act in it, and writes the files; the Request runs.
 """
@@ -33,13 +33,13 @@ from dataclasses import dataclass
 
 from cpcourse.cli.progress import rank_lines, running
 from cpcourse.runs.approx import ApproxRequest
-from cpcourse.runs.clip_files import ClipFiles
 from cpcourse.runs.comm_generate import CommRequest
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.runs.long_video import LongVideoRequest
 from cpcourse.runs.stream import StreamRequest
 from cpcourse.support.errors import InputError
 from cpcourse.support.modes import given, refuse_inactive
+from cpcourse.support.out_files import ClipFiles
 from cpcourse.support.request import fields, flag
 from cpcourse.support.request_flags import add_request_flags, mode_table, request_values
 from cpcourse.support.tolerance import describe

@@ -51,7 +51,7 @@ def test_replacing_keeps_the_old_file_when_the_write_fails(tmp_path):
 @needs_proc
 def test_writers_turn_every_failure_into_one_line():
     """safetensors, torch.save and a plain open each fail in their own way in /proc."""
-    from cpcourse.runs.clip_files import save
+    from cpcourse.support.out_files import save
     from cpcourse.tinydit.model import DiTConfig, build_model, save_weights
     from cpcourse.viz.clips import save_gif
 
@@ -303,7 +303,7 @@ def test_dev_tools_refuse_a_missing_path_in_one_line(argv, words, tmp_path):
 def test_clip_files_check_when_made_and_write_after(tmp_path):
     """`ClipFiles` (generate's --save/--gif/--force/--compare-to) checks when made, from Python
     as from the command line, and writes with the GIF writer it is given."""
-    from cpcourse.runs.clip_files import ClipFiles
+    from cpcourse.support.out_files import ClipFiles
 
     with pytest.raises(InputError, match="one would overwrite the other"):
         ClipFiles(save=str(tmp_path / "c.pt"), gif=str(tmp_path / "c.pt"))
