@@ -45,6 +45,12 @@ class CPPlan:
     def rope_token_dim(self) -> int:
         return {"wan": 1, "hunyuan": 0}[self.rope]
 
+    @property
+    def rope_builds_rows(self) -> bool:
+        """Whether the rotary shard computes its rows from positions (Hunyuan: it needs the
+        latents' device) rather than slicing the model's own tables (Wan)."""
+        return {"wan": False, "hunyuan": True}[self.rope]
+
 
 @dataclass(frozen=True)
 class Arch:

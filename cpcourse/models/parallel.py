@@ -134,7 +134,9 @@ def rope_hook(cp: CPState, plan):
         grid, gw = latents.shape[-2] // ph, latents.shape[-1] // pw
         # looked up at call time, so a test can plant a wrong shard (tests/dist/test_models_cp)
         shard = {"wan": wan_rope_shard, "hunyuan": hunyuan_rope_shard}[plan.rope]
-        cos, sin = shard(module, f0, nf, grid, gw, device=latents.device)  # rows: nf * per
+        # Hunyuan computes its rows (on the latents' device); Wan slices the model's own tables
+        extra = {"device": latents.device} if plan.rope_builds_rows else {}
+        cos, sin = shard(module, f0, nf, grid, gw, **extra)  # the frames' rows: nf * per
         # -> this rank's n = L_r rows along the token dim (Wan [1, L_r, 1, D], Hunyuan [L_r, D])
         cos, sin = slice_tokens((cos, sin), cp.tok0 - f0 * per, n, plan.rope_token_dim)
         return cos.to(output[0].dtype), sin.to(output[1].dtype)

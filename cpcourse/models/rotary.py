@@ -16,14 +16,13 @@ import torch
 from cpcourse.support.errors import require
 
 
-def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int, device=None):
+def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int):
     """Wan's (cos, sin), each `[1, nf * pph * ppw, 1, D]`, for latent frames f0 .. f0 + nf - 1.
 
     `rope` is the model's `WanRotaryPosEmbed`: `freqs_cos` / `freqs_sin` `[max_seq_len, D]`
     hold the frame, row and column parts side by side (widths `t_dim`, `h_dim`, `w_dim`). Row
     `i` of a part is position `i` on that axis. Equals rows f0 * pph * ppw onward of
-    `rope(latents)` for the whole video. `device`: where the rows go (default: the table's),
-    the same argument as `hunyuan_rope_shard`'s so that the hook calls both alike.
+    `rope(latents)` for the whole video.
     """
     require(f0 >= 0 and nf >= 1 and f0 + nf <= rope.max_seq_len
             and max(pph, ppw) <= rope.max_seq_len,
@@ -38,8 +37,7 @@ def wan_rope_shard(rope, f0: int, nf: int, pph: int, ppw: int, device=None):
         grid = torch.cat([t[f0:f0 + nf].view(nf, 1, 1, -1).expand(nf, pph, ppw, -1),
                           h[:pph].view(1, pph, 1, -1).expand(nf, pph, ppw, -1),
                           w[:ppw].view(1, 1, ppw, -1).expand(nf, pph, ppw, -1)], dim=-1)
-        rows = grid.reshape(1, nf * pph * ppw, 1, -1)  # [1, L_r, 1, D]
-        tables.append(rows.to(device or full.device))
+        tables.append(grid.reshape(1, nf * pph * ppw, 1, -1))  # [1, L_r, 1, D]
     return tables[0], tables[1]
 
 

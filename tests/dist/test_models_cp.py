@@ -71,8 +71,7 @@ def run_cases(cases: list) -> list:
         req = case[1] if bug else case[dist.get_rank()] if isinstance(case, list) else case
         if bug:
             real = parallel.wan_rope_shard
-            parallel.wan_rope_shard = (lambda rope, f0, nf, h, w, real=real, **kw:
-                                       real(rope, 0, nf, h, w, **kw))  # every rank at frame 0
+            parallel.wan_rope_shard = lambda rope, f0, nf, h, w, real=real: real(rope, 0, nf, h, w)
         try:
             results.append(rank_forward(req)["out"])
         except InputError as exc:
