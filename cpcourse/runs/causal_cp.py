@@ -56,11 +56,11 @@ def _clip(req: CausalRequest):
     return q, k, v, chunk_of_frames(frames, chunk, tpf), block_causal_mask(frames, chunk, tpf)
 
 
-def _schemes(spec: CausalRequest, rank, world):
+def _schemes(req: CausalRequest, rank, world):
     from cpcourse import causal
     from cpcourse.support.bytecount import count_bytes
 
-    q, k, v, layout, mask = _clip(spec)
+    q, k, v, layout, mask = _clip(req)
     want = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     sizes, rows = causal.chunk_sizes(layout), []
     for scheme in causal.SCHEMES:
@@ -78,15 +78,15 @@ def _schemes(spec: CausalRequest, rank, world):
     return rows
 
 
-def _streams(spec: CausalRequest, rank, world):
+def _streams(req: CausalRequest, rank, world):
     from cpcourse.attention import reference_attention
     from cpcourse.causal import DESIGNS, KVCacheCP
     from cpcourse.support.bytecount import count_bytes
 
-    q, k, v, layout, _ = _clip(spec)
+    q, k, v, layout, _ = _clip(req)
     out = {}
     for design in DESIGNS:
-        if design == "ulysses" and spec.heads % world:
+        if design == "ulysses" and req.heads % world:
             continue
         cache, rows = KVCacheCP(design), []
         for c in range(int(layout.max()) + 1):

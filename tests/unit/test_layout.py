@@ -39,7 +39,6 @@ RANKS = {
     "cli": 10,
     "__main__": 11,  # `python -m cpcourse` runs the command line
     "cp_boundaries": 3,  # training's scatter, gather and loss scale
-    "link_probe": 7,  # the link timed alone (notebooks 04, 05): launches ranks, fits the planner
 }
 
 

@@ -1,4 +1,4 @@
-"""The link measured alone (`cpcourse.link_probe`): a gloo ping-pong on 2 ranks, its alpha-beta
+"""The link measured alone (`cpcourse.runs.link_probe`): a gloo ping-pong on 2 ranks, its alpha-beta
 fit, and the ring's communication predicted from it.
 
     python -m pytest -q tests/unit/test_link_probe.py
@@ -6,7 +6,7 @@ fit, and the ring's communication predicted from it.
 
 import pytest
 
-from cpcourse.link_probe import LinkProbeRequest, hop_seconds, ring_prediction, run
+from cpcourse.runs.link_probe import LinkProbeRequest, hop_seconds, ring_prediction, run
 from cpcourse.support.errors import InputError
 
 

@@ -1,6 +1,6 @@
 """The link measured alone: a ping-pong between two ranks, with nothing else to wait for.
 
-    python -c "from cpcourse.link_probe import LinkProbeRequest as R, run; print(run(R()))"
+    python -c "from cpcourse.runs.link_probe import LinkProbeRequest as R, run; print(run(R()))"
 
 Reading a link's bandwidth off a ring as bytes over the seconds spent inside the communication
 call measures mostly waiting: a rank that reaches `wait()` before its peer has finished its own
