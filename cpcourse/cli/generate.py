@@ -83,7 +83,8 @@ def build_parser() -> argparse.ArgumentParser:
 MODE_FLAGS = mode_table(GenerateRequest) | {
     **mode_table(LongVideoRequest, skip=ONE_CLIP), **mode_table(ApproxRequest, skip=ONE_CLIP),
     **mode_table(CommRequest, skip=ONE_CLIP), **mode_table(StreamRequest, skip=ONE_CLIP),
-    **mode_table(Selection, skip=("causal",)), **mode_table(ClipFiles), **mode_table(Selection)}
+    **mode_table(Selection, skip=("causal",)), **mode_table(ClipFiles),
+    **mode_table(Selection, skip=("list_prompts",))}  # --causal after the files, as in --help
 
 
 def mode_conditions(args: argparse.Namespace) -> dict[str, tuple[bool, str]]:
