@@ -22,7 +22,7 @@ from cpcourse.approx.fbcache import DECISIONS, RULES
 from cpcourse.approx.rank import WHOLE_VIDEO, approx_rank, approx_ranks
 from cpcourse.runs.generate import GenerateRequest
 from cpcourse.support.errors import finite_float, positive_float, positive_int, require
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.request import check_common, flag, set_derived
 
 SPLITS = ("time", "space")
 
@@ -97,9 +97,8 @@ class ApproxRequest:
                      else finite_float("cache_threshold", self.cache_threshold))
         require(threshold >= 0, f"cache_threshold {threshold}: a relative change, at least 0")
         positive_float("timeout", self.timeout, high=3600)
-        for name, value in (("run", run), ("approx", approx or "exact"), ("patches", patches),
-                            ("cache_threshold", threshold)):
-            object.__setattr__(self, name, value)  # set once, when made
+        set_derived(self, run=run, approx=approx or "exact", patches=patches,
+                    cache_threshold=threshold)
 
 
 def check_approx(nproc: int = 2, seed: int = 0, **fields) -> ApproxRequest:

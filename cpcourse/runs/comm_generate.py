@@ -23,7 +23,7 @@ from cpcourse.launch import launch
 from cpcourse.sparse import BlockMask
 from cpcourse.sparse.cp import ulysses_sparse
 from cpcourse.support.errors import positive_float, require
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.request import check_common, flag, set_derived
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ class CommRequest:
                 f"nproc {self.nproc}: Ulysses needs it to divide the {heads} heads and the "
                 f"{frames} frames; use one of "
                 f"{[p for p in range(1, heads + 1) if heads % p == 0 == frames % p]}")
-        object.__setattr__(self, "run", run)  # set once, when made
+        set_derived(self, run=run)
 
     def generate(self):
         """The plain GenerateRequest this run samples (`run`)."""

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 import torch
 
 from cpcourse.support.errors import guidance_scale, positive_float, positive_int, require
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.layout import Layout
+from cpcourse.support.request import check_common, flag, set_derived
 from cpcourse.tinydit.model import ATTENTIONS, DiTConfig
 from cpcourse.tinydit.sampling import DTYPES, generate_mesh_rank, generate_rank
 from cpcourse.tinydit.training import RANDOM_DEFAULTS, TRAINED_DEFAULTS, weights_config
@@ -91,14 +92,14 @@ class GenerateRequest:
         defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
         unset = {"temporal_method": "all_to_all", "full_method": "ring", "timeout": 120.0,
                  **{k: defaults[k] for k in ("frames", "height", "width", "steps", "cfg_scale")}}
-        self._set(path=path, **{k: v for k, v in unset.items() if getattr(self, k) is None})
+        set_derived(self, path=path, **{k: v for k, v in unset.items() if getattr(self, k) is None})
         if self.layout is not None:
-            self._set(layout=_layout(self.layout, self.nproc))
+            set_derived(self, layout=Layout.for_ranks(self.layout, self.nproc))
         if self.nproc is None:
-            self._set(nproc=2 if self.layout is None else self.layout.world)
+            set_derived(self, nproc=2 if self.layout is None else self.layout.world)
         check_common(self)
         positive_int("frames", self.frames)
-        self._set(cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
+        set_derived(self, cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
         positive_float("timeout", self.timeout, high=3600)
         cp = self.nproc if self.layout is None else self.layout.cp
         require(cp <= self.frames, f"{'`nproc`' if self.layout is None else 'ring x ulysses'} "
@@ -110,14 +111,10 @@ class GenerateRequest:
             self._random()
         _check_split(self.cfg, self.nproc, self.layout, self.full_method)
         check_frame_size(self.cfg, self.height, self.width)
-        self._set(shape=(positive_int("batch", self.batch), self.cfg.in_channels, self.frames,
-                         self.height, self.width))
+        set_derived(self, shape=(positive_int("batch", self.batch), self.cfg.in_channels,
+                                 self.frames, self.height, self.width))
         require(positive_int("steps", self.steps) <= 1000, f"steps {self.steps}: use at most "
                 "1000")
-
-    def _set(self, **values) -> None:
-        for name, value in values.items():  # a frozen dataclass sets its own fields once
-            object.__setattr__(self, name, value)
 
     def _trained(self, cfg: DiTConfig, defaults: dict) -> None:
         """The trained weights' config, prompt and condition: their size is fixed, --prompt
@@ -133,7 +130,7 @@ class GenerateRequest:
         prompt = self.prompt or PROMPTS[1]
         require(self.frames <= 4 * defaults["frames"], f"frames {self.frames}: the model was "
                 f"trained on {defaults['frames']} frames; use at most {4 * defaults['frames']}")
-        self._set(cfg=cfg, prompt=prompt, cond=parse_prompt(prompt))
+        set_derived(self, cfg=cfg, prompt=prompt, cond=parse_prompt(prompt))
 
     def _random(self) -> None:
         """The seeded random DiT's config and label: `model` and `attention` choose its size."""
@@ -142,7 +139,7 @@ class GenerateRequest:
         cfg = DiTConfig(**{**(self.model or {}), "attention": self.attention or "factored"})
         label = 3 if self.label is None else self.label
         require(0 <= label < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
-        self._set(cfg=cfg, label=label, cond=label)
+        set_derived(self, cfg=cfg, label=label, cond=label)
 
     @property
     def trained(self) -> bool:
@@ -213,14 +210,6 @@ def _check_split(cfg: DiTConfig, nproc: int, layout, full_method: str) -> None:
                 "ranks: use "
                 f"`nproc` {', '.join(map(str, works))}, or full_method=ring (no such limit)")
 
-
-def _layout(layout, nproc: int):
-    from cpcourse.support.layout import Layout
-
-    layout = Layout.parse(layout) if isinstance(layout, str) else layout
-    require(nproc is None or layout.world == nproc, f"layout {layout} needs {layout.world} "
-            f"ranks: pass nproc={layout.world} (or leave `nproc` out)")
-    return layout
 
 
 def build_report(request: GenerateRequest, results) -> tuple[torch.Tensor, object, dict]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import torch
 
 from cpcourse.support.errors import guidance_scale, positive_float, positive_int, require
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.request import check_common, flag, set_derived
 from cpcourse.support.tolerance import describe
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.windows import (
@@ -83,12 +83,12 @@ class LongVideoRequest:
 
         check_common(self)
         window = positive_int("window", self.window)
-        self._set(frames=4 * window if self.frames is None else self.frames,
+        set_derived(self, frames=4 * window if self.frames is None else self.frames,
                   stride=max(1, window // 2) if self.stride is None else self.stride)
         frames = positive_int("frames", self.frames)
         require(frames <= MAX_FRAMES, f"frames {frames}: use at most {MAX_FRAMES}")
         starts = window_starts(frames, window, positive_int("stride", self.stride))
-        self._set(starts=starts, cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
+        set_derived(self, starts=starts, cfg_scale=guidance_scale("cfg_scale", self.cfg_scale))
         positive_float("timeout", self.timeout, high=3600)
         if self.parallel == "windows":
             require(self.nproc <= len(starts), f"parallel=windows gives each rank whole "
@@ -99,17 +99,13 @@ class LongVideoRequest:
                     f"the ranks: use nproc={window} or fewer, or parallel=windows")
         path, trained_cfg = weights_config(self.weights)
         defaults = TRAINED_DEFAULTS if path is not None else RANDOM_DEFAULTS
-        self._set(path=path, **{k: defaults[k] for k in ("height", "width", "steps")
+        set_derived(self, path=path, **{k: defaults[k] for k in ("height", "width", "steps")
                                 if getattr(self, k) is None})
         require(positive_int("steps", self.steps) <= 1000, f"steps {self.steps}: use at most "
                 "1000")
         self._model_and_condition(trained_cfg, defaults)
         check_frame_size(self.cfg, self.height, self.width)
-        self._set(shape=(1, self.cfg.in_channels, frames, self.height, self.width))
-
-    def _set(self, **values) -> None:
-        for name, value in values.items():  # a frozen dataclass sets its own fields once
-            object.__setattr__(self, name, value)
+        set_derived(self, shape=(1, self.cfg.in_channels, frames, self.height, self.width))
 
     def _model_and_condition(self, trained_cfg, defaults: dict) -> None:
         """The trained weights take `prompt`, the random DiT `label`."""
@@ -123,14 +119,14 @@ class LongVideoRequest:
             require(self.window <= 4 * defaults["frames"], f"window {self.window}: the model "
                     f"was trained on {defaults['frames']} frames; use at most "
                     f"{4 * defaults['frames']}")
-            self._set(cfg=trained_cfg, prompt=prompt, cond=parse_prompt(prompt))
+            set_derived(self, cfg=trained_cfg, prompt=prompt, cond=parse_prompt(prompt))
             return
         require(self.prompt is None, "prompt needs trained weights; the random model takes "
                 "`label`")
         cfg = DiTConfig(attention="factored")
         cond = 3 if self.label is None else self.label
         require(0 <= cond < cfg.num_classes, f"label must be in [0, {cfg.num_classes})")
-        self._set(cfg=cfg, cond=cond)
+        set_derived(self, cfg=cfg, cond=cond)
 
     @property
     def trained(self) -> bool:

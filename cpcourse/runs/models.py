@@ -14,7 +14,7 @@ function that tries diffusers' own `enable_parallelism` on the same model instea
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
@@ -24,7 +24,15 @@ from cpcourse.models.compare import DTYPES, check_request, guidance, reference, 
 from cpcourse.models.parallel import METHODS
 from cpcourse.models.split import SPLITS
 from cpcourse.support.errors import guidance_scale, require
-from cpcourse.support.request import check_common, flag, raise_choice, whole
+from cpcourse.support.layout import Layout
+from cpcourse.support.request import (
+    check_common,
+    flag,
+    raise_choice,
+    request_of,
+    set_derived,
+    whole,
+)
 
 
 @dataclass(frozen=True)
@@ -67,9 +75,9 @@ class ModelsRequest:
 
     def __post_init__(self):
         if self.layout is not None:
-            self._set(layout=_layout(self.layout, self.nproc))
+            set_derived(self, layout=Layout.for_ranks(self.layout, self.nproc))
         if self.nproc is None:
-            self._set(nproc=2 if self.layout is None else self.layout.world)
+            set_derived(self, nproc=2 if self.layout is None else self.layout.world)
         check_common(self)
         if self.arch not in ARCHS:
             raise_choice("arch", self.arch, ARCHS)
@@ -86,11 +94,7 @@ class ModelsRequest:
         if self.ulysses is not None:
             whole("ulysses", self.ulysses)
         guidance_scale("cfg_scale", self.cfg_scale)
-        self._set(tokens=check_request(self))
-
-    def _set(self, **values) -> None:
-        for name, value in values.items():  # a frozen dataclass sets its own fields once
-            object.__setattr__(self, name, value)
+        set_derived(self, tokens=check_request(self))
 
     @staticmethod
     def conditions(values: dict) -> dict[str, tuple[bool, str]]:
@@ -112,22 +116,10 @@ class ModelsRequest:
         return "mesh" if self.layout is not None else self.method
 
 
-def _layout(layout, nproc: int | None):
-    from cpcourse.support.layout import Layout
-
-    if isinstance(layout, dict):
-        layout = Layout(**layout)
-    layout = Layout.parse(layout) if isinstance(layout, str) else layout
-    require(nproc is None or layout.world == nproc, f"layout {layout} needs {layout.world} "
-            f"ranks: pass nproc={layout.world} (or leave `nproc` out)")
-    return layout
-
 
 def as_request(spec, **overrides) -> ModelsRequest:
     """A ModelsRequest from a ModelsRequest or a dict of its fields (notebooks write dicts)."""
-    if isinstance(spec, ModelsRequest):
-        return replace(spec, **overrides) if overrides else spec
-    return ModelsRequest(**{**spec, **overrides})
+    return request_of(ModelsRequest, spec, **overrides)
 
 
 def run_models(spec, nproc: int, compare: bool = True, timeout: float = 300.0,

@@ -20,7 +20,7 @@ import torch
 
 from cpcourse.causal import DESIGNS, check_design
 from cpcourse.support.errors import guidance_scale, positive_float, positive_int, require
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.request import check_common, flag, set_derived
 from cpcourse.tinydit.moving_shapes import FRAMES, PROMPTS, SIZE, parse_prompt
 from cpcourse.tinydit.sampling import DTYPES
 from cpcourse.tinydit.training import SAMPLE_STEPS
@@ -89,8 +89,7 @@ class StreamRequest:
                   "shape": (1, cfg.in_channels, FRAMES, SIZE, SIZE),
                   "cfg_scale": guidance_scale("cfg_scale", 4.0 if self.cfg_scale is None
                                               else self.cfg_scale)}
-        for name, value in values.items():
-            object.__setattr__(self, name, value)  # set once, when made
+        set_derived(self, **values)
 
 
 def check_stream(nproc: int = 2, seed: int = 0, **fields) -> StreamRequest:

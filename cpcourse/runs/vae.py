@@ -17,7 +17,7 @@ naive split, wrong on purpose) and `compare` reports that error too (notebook 12
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 
@@ -35,7 +35,7 @@ from cpcourse.models.vae import (
 from cpcourse.support.errors import require
 from cpcourse.support.out_files import check_output, write_output
 from cpcourse.support.peak_memory import peak_memory, require_fits
-from cpcourse.support.request import check_common, flag
+from cpcourse.support.request import check_common, flag, request_of
 from cpcourse.support.tolerance import tolerance
 
 DTYPES = ("float32", "float64", "bfloat16")
@@ -89,9 +89,7 @@ class VaeRequest:
 
 def as_request(spec, **overrides) -> VaeRequest:
     """A VaeRequest from a VaeRequest or a dict of its fields (notebooks write dicts)."""
-    if isinstance(spec, VaeRequest):
-        return replace(spec, **overrides) if overrides else spec
-    return VaeRequest(**{**spec, **overrides})
+    return request_of(VaeRequest, spec, **overrides)
 
 
 def check_vae_spec(spec, nproc: int) -> tuple[int, int, int]:

@@ -112,6 +112,16 @@ class Layout:
             values[m.group(1)] = int(m.group(2))
         return cls(**values)
 
+    @classmethod
+    def for_ranks(cls, layout, nproc: int | None) -> Layout:
+        """`layout` (a Layout, "cfg=2,ring=2" or a dict of dims) as a Layout of `nproc` ranks
+        (None: its own world), or an InputError saying which nproc it needs."""
+        layout = cls(**layout) if isinstance(layout, dict) else layout
+        layout = cls.parse(layout) if isinstance(layout, str) else layout
+        require(nproc is None or layout.world == nproc, f"layout {layout} needs "
+                f"{layout.world} ranks: pass nproc={layout.world} (or leave `nproc` out)")
+        return layout
+
 
 def divisors(n: int) -> list[int]:
     """Every whole number that divides `n`, smallest first."""

@@ -37,6 +37,21 @@ def fields(cls) -> list[dataclasses.Field]:
     return list(dataclasses.fields(cls))
 
 
+def set_derived(req, **values) -> None:
+    """Set fields of the frozen Request `req` from its own `__post_init__`: the values it
+    derives or normalises (a parsed layout, a default that depends on the weights), once."""
+    for name, value in values.items():
+        object.__setattr__(req, name, value)
+
+
+def request_of(cls, spec, **overrides):
+    """A `cls` Request from one (with `overrides` replaced) or from a dict of its fields
+    (notebooks write dicts); it checks itself either way."""
+    if isinstance(spec, cls):
+        return dataclasses.replace(spec, **overrides) if overrides else spec
+    return cls(**{**spec, **overrides})
+
+
 def check_nproc(nproc, flag: str = "nproc") -> int:
     """`nproc` as a whole number of local ranks in 1 .. MAX_NPROC, or an InputError naming
     `flag` (every Request through `check_common`, `cpcourse.launch` and the commands that take
